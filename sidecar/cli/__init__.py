@@ -1,0 +1,45 @@
+"""The ``sidecar`` command: parses arguments and calls into the package; nothing else.
+
+Each verb lives in its own module with ``register(subparsers)``; the module's ``run``
+returns the process exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import sidecar
+from sidecar.cli import inspect, serve
+from sidecar.errors import ConfigError, SidecarError
+
+VERBS = (serve, inspect)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sidecar",
+        description="effect-sidecar: lets AI agents crash and resume without repeating "
+        "side effects.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {sidecar.__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for module in VERBS:
+        module.register(verbs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except ConfigError as error:
+        print(f"sidecar: {error.detail}", file=sys.stderr)
+        return 2
+    except SidecarError as error:
+        print(f"sidecar: {error.detail}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code

@@ -1,0 +1,126 @@
+"""The one place that reads settings: defaults < config file < ``SIDECAR_*`` env < flags.
+
+Every ``sidecar serve`` flag has a field here of the same name (``--control-listen`` is
+``control_listen``, env ``SIDECAR_CONTROL_LISTEN``, config-file key ``control_listen``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sidecar.errors import ConfigError
+
+DEFAULT_CONTROL_LISTEN = "127.0.0.1:7300"
+
+
+def default_data_dir() -> Path:
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home) / "effect-sidecar"
+
+
+def parse_listen(value: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    """``HOST:PORT``, ``[v6]:PORT`` or ``:PORT``; port 0 picks a free one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"expected HOST:PORT, got {value!r}")
+    return (host.strip("[]") or default_host), int(port)
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    store: str | None = Field(
+        default=None, description="Store URL; default sqlite:///DATA_DIR/effects.db."
+    )
+    control_listen: str = DEFAULT_CONTROL_LISTEN
+    control_token_file: Path | None = None
+    control_token: SecretStr | None = None
+    log_level: str = "info"
+
+    @field_validator("control_listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        try:
+            parse_listen(value)
+        except ConfigError as error:
+            raise ValueError(error.detail) from error
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        if value.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("one of debug, info, warning, error")
+        return value.lower()
+
+    @property
+    def store_url(self) -> str:
+        return self.store or f"sqlite:///{self.data_dir.expanduser().absolute()}/effects.db"
+
+    def token(self) -> str | None:
+        """The control-API bearer token, from the token file or the env/config value."""
+        if self.control_token_file is not None:
+            try:
+                token = self.control_token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read control token file: {exc}") from exc
+            if not token:
+                raise ConfigError(f"control token file {self.control_token_file} is empty")
+            return token
+        return self.control_token.get_secret_value() if self.control_token else None
+
+
+class _EnvLayer(BaseSettings):
+    """``SIDECAR_*`` variables; unset ones stay None so they do not mask the file."""
+
+    model_config = SettingsConfigDict(env_prefix="SIDECAR_", extra="ignore")
+
+    data_dir: str | None = None
+    store: str | None = None
+    control_listen: str | None = None
+    control_token_file: str | None = None
+    control_token: str | None = None
+    log_level: str | None = None
+
+
+def _file_layer(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    return {str(k).replace("-", "_"): v for k, v in loaded.items()}
+
+
+def load(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
+    """Merge the layers; a bad value is a ConfigError naming where it came from."""
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if config_file is not None:
+        layers.append((f"config file {config_file}", _file_layer(config_file)))
+    layers.append(("environment (SIDECAR_*)", _EnvLayer().model_dump(exclude_none=True)))
+    layers.append(("command line", {k: v for k, v in flags.items() if v is not None}))
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for name, values in layers:
+        merged.update(values)
+        origin.update(dict.fromkeys(values, name))
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            problems.append(f"{field} ({origin.get(field, 'default')}): {error['msg']}")
+        raise ConfigError("invalid settings: " + "; ".join(problems)) from exc

@@ -1,0 +1,113 @@
+"""Declaring routes once: for aiohttp's router and for ``/openapi.json``.
+
+Each resource module owns an :class:`Api`; its ``@api.route(...)`` decorator registers
+the handler and remembers the body model, answer model and problem codes, from which
+:mod:`sidecar.control.openapi` writes the document.  Bodies are parsed here too, so
+every route rejects malformed JSON and unknown fields the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from sidecar.control.schemas import TASK_PATTERN
+from sidecar.errors import InvalidRequest
+
+type Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_TASK = re.compile(TASK_PATTERN)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    method: str
+    path: str
+    summary: str
+    handler_name: str
+    body: type[BaseModel] | None
+    status: int
+    answer: type[BaseModel] | None
+    content_type: str
+    problems: tuple[str, ...]
+    tag: str
+
+
+@dataclass
+class Api:
+    tag: str
+    routes: web.RouteTableDef = field(default_factory=web.RouteTableDef)
+    endpoints: list[Endpoint] = field(default_factory=list)
+
+    def route(
+        self,
+        method: str,
+        path: str,
+        *,
+        summary: str,
+        body: type[BaseModel] | None = None,
+        status: int = 200,
+        answer: type[BaseModel] | None = None,
+        content_type: str = "application/json",
+        problems: tuple[str, ...] = (),
+    ) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            self.routes.route(method, path)(handler)
+            self.endpoints.append(
+                Endpoint(
+                    method=method.lower(),
+                    path=path,
+                    summary=summary,
+                    handler_name=handler.__name__,
+                    body=body,
+                    status=status,
+                    answer=answer,
+                    content_type=content_type,
+                    problems=problems,
+                    tag=self.tag,
+                )
+            )
+            return handler
+
+        return register
+
+
+async def parse_body[M: BaseModel](request: web.Request, model: type[M]) -> M:
+    """The request's JSON body as ``model``; 400 if it is not JSON, 422 if it does not fit."""
+    raw = await request.read()
+    try:
+        data = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest(
+            f"the body must be a JSON object, got {type(data).__name__}",
+            errors=[{"loc": [], "msg": "expected a JSON object", "type": "object_type"}],
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        raise InvalidRequest(
+            f"the body does not match {model.__name__}: {len(errors)} problem(s)", errors=errors
+        ) from exc
+
+
+def task_param(request: web.Request) -> str:
+    task = request.match_info["task"]
+    if not _TASK.match(task):
+        raise InvalidRequest(
+            f"invalid task id {task!r}: 1-128 characters of letters, digits and ._:@-"
+        )
+    return task
+
+
+def json_answer(model: BaseModel, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, text=model.model_dump_json(), content_type="application/json"
+    )

@@ -1,0 +1,107 @@
+"""Writing the OpenAPI 3.1 document from the declared endpoints and pydantic models."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+import sidecar
+from sidecar.control.endpoints import Endpoint
+from sidecar.control.problems import PROBLEM_JSON
+from sidecar.control.schemas import TASK_PATTERN, Problem
+
+_REF = "#/components/schemas/{model}"
+_PROBLEM_STATUS = {
+    "invalid_request": 422,
+    "unauthorized": 401,
+    "not_found": 404,
+    "lease_held": 409,
+    "stale_generation": 409,
+    "store_unavailable": 503,
+}
+
+
+def build(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
+    endpoints = list(endpoints)
+    models: set[type[BaseModel]] = {Problem}
+    for e in endpoints:
+        models.update(m for m in (e.body, e.answer) if m is not None)
+    modes: list[tuple[type[BaseModel], Any]] = []
+    for model in sorted(models, key=lambda m: m.__name__):
+        is_request = any(e.body is model for e in endpoints)
+        modes.append((model, "validation" if is_request else "serialization"))
+    keys, defs = models_json_schema(modes, ref_template=_REF)
+    schemas = defs.get("$defs", {})
+
+    paths: dict[str, dict[str, Any]] = {}
+    for e in endpoints:
+        operation: dict[str, Any] = {
+            "operationId": e.handler_name,
+            "summary": e.summary,
+            "tags": [e.tag],
+            "responses": {str(e.status): _answer(e, keys)},
+        }
+        params = re.findall(r"{(\w+)}", e.path)
+        if params:
+            operation["parameters"] = [
+                {
+                    "name": name,
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": TASK_PATTERN},
+                }
+                for name in params
+            ]
+        if e.body is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": keys[(e.body, "validation")]}},
+            }
+        for code in e.problems:
+            status = str(_PROBLEM_STATUS.get(code, 400))
+            entry = operation["responses"].setdefault(
+                status,
+                {
+                    "description": "",
+                    "content": {PROBLEM_JSON: {"schema": {"$ref": _REF.format(model="Problem")}}},
+                },
+            )
+            entry["description"] = ", ".join(filter(None, [entry["description"], code]))
+        if "invalid_request" in e.problems:
+            operation["responses"].setdefault(
+                "400",
+                {
+                    "description": "invalid_request (body is not JSON)",
+                    "content": {PROBLEM_JSON: {"schema": {"$ref": _REF.format(model="Problem")}}},
+                },
+            )
+        paths.setdefault(e.path, {})[e.method] = operation
+
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "effect-sidecar control API",
+            "version": sidecar.__version__,
+            "description": "Claim leases with fencing generations, stage checkpoints and the "
+            "effect audit trail. Errors are RFC 9457 problem+json with a stable `code`.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],
+    }
+
+
+def _answer(e: Endpoint, keys: dict[Any, Any]) -> dict[str, Any]:
+    if e.answer is None:
+        return {"description": e.summary, "content": {e.content_type: {"schema": {}}}}
+    return {
+        "description": e.summary,
+        "content": {e.content_type: {"schema": keys[(e.answer, "serialization")]}},
+    }

@@ -1,0 +1,60 @@
+"""Operational routes: liveness, readiness, Prometheus metrics, the OpenAPI document."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from sidecar.control.endpoints import Api, json_answer
+from sidecar.control.keys import METRICS, STORE
+from sidecar.control.schemas import Health, Readiness
+
+api = Api("operations")
+OPENAPI = web.AppKey("openapi", dict)
+
+
+@api.route("GET", "/healthz", summary="The process is alive.", answer=Health)
+async def healthz(request: web.Request) -> web.Response:
+    return json_answer(Health(status="ok"))
+
+
+@api.route(
+    "GET",
+    "/readyz",
+    summary="Ready: the store accepted a durable test write (insert + delete).",
+    answer=Readiness,
+    problems=("store_unavailable",),
+)
+async def readyz(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    await store.check_writable()
+    info = await store.info()
+    return json_answer(
+        Readiness(
+            status="ready",
+            store={
+                "backend": info.backend,
+                "schema_version": info.schema_version,
+                "durable": info.durable,
+            },
+        )
+    )
+
+
+@api.route(
+    "GET",
+    "/metrics",
+    summary="Prometheus text exposition.",
+    content_type="text/plain",
+    problems=("unauthorized",),
+)
+async def metrics(request: web.Request) -> web.Response:
+    response = web.Response(body=request.app[METRICS].render())
+    response.headers["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+    return response
+
+
+@api.route("GET", "/openapi.json", summary="This document.", problems=("unauthorized",))
+async def openapi(request: web.Request) -> web.Response:
+    return web.Response(text=json.dumps(request.app[OPENAPI]), content_type="application/json")

@@ -1,0 +1,345 @@
+"""Request and response bodies of the control API, as pydantic models.
+
+Requests are strict (unknown fields refused) so that a typo such as ``generaton`` is a
+422, not a silently unfenced write.  Responses are built from domain records by the
+``from_*`` constructors; their JSON Schemas feed ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from sidecar.domain.model import (
+    Attempt,
+    Checkpoint,
+    Claim,
+    Effect,
+    EffectEvent,
+    EffectState,
+    FenceRefusal,
+    Lease,
+    TaskState,
+    TaskView,
+)
+
+TASK_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+
+Worker = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]*$",
+        description="Name of the worker (pod, host, process) claiming the task.",
+        examples=["worker-a"],
+    ),
+]
+TtlSeconds = Annotated[
+    float,
+    Field(gt=0, le=86_400, description="Lease duration in seconds.", examples=[600]),
+]
+AttemptId = Annotated[str, Field(min_length=1, max_length=128, examples=["att-9f2c5b1e0d3a7c44"])]
+Generation = Annotated[int, Field(ge=1, description="Fencing token returned by the claim.")]
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class ClaimRequest(Request):
+    worker: Worker
+    ttl_s: TtlSeconds
+
+
+class HeartbeatRequest(Request):
+    attempt_id: AttemptId
+    generation: Generation
+    ttl_s: TtlSeconds | None = Field(
+        default=None, description="New lease duration; defaults to the claim's."
+    )
+
+
+class ReleaseRequest(Request):
+    attempt_id: AttemptId
+    generation: Generation
+
+
+class CheckpointRequest(Request):
+    attempt_id: AttemptId
+    generation: Generation
+    stage: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=128,
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/ -]*$",
+            examples=["READ_COMPLETE"],
+        ),
+    ]
+    outputs: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Whatever later stages need from this one."
+    )
+
+
+class Response(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class CheckpointOut(Response):
+    task: str
+    seq: int
+    stage: str
+    attempt_id: str
+    generation: int
+    outputs: dict[str, JsonValue]
+    created_at: datetime
+
+    @classmethod
+    def of(cls, c: Checkpoint) -> CheckpointOut:
+        return cls(
+            task=c.task,
+            seq=c.seq,
+            stage=c.stage,
+            attempt_id=c.attempt_id,
+            generation=c.generation,
+            outputs=c.outputs,
+            created_at=c.created_at,
+        )
+
+
+class ClaimResponse(Response):
+    task: str
+    attempt_id: str
+    generation: int
+    worker: str
+    lease_expires_at: datetime
+    last_checkpoint: CheckpointOut | None
+    previous_attempt_id: str | None = Field(
+        description="The attempt this claim fenced off, if its lease had not been released."
+    )
+
+    @classmethod
+    def of(cls, c: Claim) -> ClaimResponse:
+        return cls(
+            task=c.task,
+            attempt_id=c.attempt_id,
+            generation=c.generation,
+            worker=c.worker,
+            lease_expires_at=c.lease_expires_at,
+            last_checkpoint=CheckpointOut.of(c.last_checkpoint) if c.last_checkpoint else None,
+            previous_attempt_id=c.previous_attempt_id,
+        )
+
+
+class LeaseOut(Response):
+    attempt_id: str
+    generation: int
+    worker: str
+    acquired_at: datetime
+    expires_at: datetime
+    released_at: datetime | None
+    live: bool
+
+    @classmethod
+    def of(cls, lease: Lease, now: datetime) -> LeaseOut:
+        return cls(
+            attempt_id=lease.attempt_id,
+            generation=lease.generation,
+            worker=lease.worker,
+            acquired_at=lease.acquired_at,
+            expires_at=lease.expires_at,
+            released_at=lease.released_at,
+            live=lease.is_live(now),
+        )
+
+
+class LeaseResponse(Response):
+    task: str
+    generation: int
+    lease: LeaseOut
+
+    @classmethod
+    def of(cls, state: TaskState, now: datetime) -> LeaseResponse:
+        assert state.lease is not None
+        return cls(
+            task=state.task, generation=state.generation, lease=LeaseOut.of(state.lease, now)
+        )
+
+
+class CheckpointCreated(Response):
+    task: str
+    seq: int
+    stage: str
+    generation: int
+    created_at: datetime
+
+
+class AttemptOut(Response):
+    attempt_id: str
+    generation: int
+    worker: str
+    claimed_at: datetime
+    ended_at: datetime | None
+    end_reason: str | None
+
+    @classmethod
+    def of(cls, a: Attempt) -> AttemptOut:
+        return cls(
+            attempt_id=a.attempt_id,
+            generation=a.generation,
+            worker=a.worker,
+            claimed_at=a.claimed_at,
+            ended_at=a.ended_at,
+            end_reason=a.end_reason.value if a.end_reason else None,
+        )
+
+
+class RefusalOut(Response):
+    operation: str
+    attempt_id: str
+    generation: int
+    current_generation: int
+    at: datetime
+    reason: str
+
+    @classmethod
+    def of(cls, r: FenceRefusal) -> RefusalOut:
+        return cls(
+            operation=r.operation,
+            attempt_id=r.attempt_id,
+            generation=r.generation,
+            current_generation=r.current_generation,
+            at=r.at,
+            reason=r.reason,
+        )
+
+
+class TaskOut(Response):
+    task: str
+    generation: int
+    lease: LeaseOut | None
+    attempts: list[AttemptOut]
+    last_checkpoint: CheckpointOut | None
+    effects: dict[str, int] = Field(description="Effect counts by state.")
+    refused_writes: list[RefusalOut] = Field(description="Writes fenced off for this task.")
+
+    @classmethod
+    def of(cls, view: TaskView, refusals: list[FenceRefusal], now: datetime) -> TaskOut:
+        state = view.state
+        counts = {s.value: view.effect_counts.get(s.value, 0) for s in EffectState}
+        return cls(
+            task=state.task,
+            generation=state.generation,
+            lease=LeaseOut.of(state.lease, now) if state.lease else None,
+            attempts=[AttemptOut.of(a) for a in view.attempts],
+            last_checkpoint=CheckpointOut.of(view.last_checkpoint)
+            if view.last_checkpoint
+            else None,
+            effects=counts,
+            refused_writes=[RefusalOut.of(r) for r in refusals],
+        )
+
+
+class CheckpointList(Response):
+    task: str
+    checkpoints: list[CheckpointOut]
+
+
+class EventOut(Response):
+    event: str
+    attempt_id: str
+    generation: int
+    at: datetime
+    detail: str | None
+
+    @classmethod
+    def of(cls, e: EffectEvent) -> EventOut:
+        return cls(
+            event=e.event,
+            attempt_id=e.attempt_id,
+            generation=e.generation,
+            at=e.at,
+            detail=e.detail,
+        )
+
+
+class RecordedResponseOut(Response):
+    status: int
+    body_bytes: int
+    body_sha256: str
+
+
+class EffectOut(Response):
+    key: str
+    state: str
+    kind: str
+    rule: str
+    origin_attempt_id: str = Field(description="The attempt that first issued the effect.")
+    attempt_id: str = Field(description="The attempt that last drove it.")
+    generation: int
+    fingerprint: str
+    idempotency_key: str | None
+    request: dict[str, JsonValue] = Field(description="Request summary, secrets redacted.")
+    response: RecordedResponseOut | None
+    detail: str | None
+    created_at: datetime
+    updated_at: datetime
+    events: list[EventOut]
+
+    @classmethod
+    def of(cls, e: Effect, events: list[EffectEvent]) -> EffectOut:
+        """``events`` are this effect's own, oldest first."""
+        r = e.response
+        return cls(
+            key=e.key,
+            state=e.state.value,
+            kind=e.kind,
+            rule=e.rule,
+            origin_attempt_id=e.origin_attempt_id,
+            attempt_id=e.attempt_id,
+            generation=e.generation,
+            fingerprint=e.fingerprint,
+            idempotency_key=e.idempotency_key,
+            request=e.request,
+            response=None
+            if r is None
+            else RecordedResponseOut(
+                status=r.status,
+                body_bytes=len(r.body),
+                body_sha256=hashlib.sha256(r.body).hexdigest(),
+            ),
+            detail=e.detail,
+            created_at=e.created_at,
+            updated_at=e.updated_at,
+            events=[EventOut.of(ev) for ev in events],
+        )
+
+
+class EffectList(Response):
+    task: str
+    effects: list[EffectOut]
+
+
+class Health(Response):
+    status: str
+
+
+class Readiness(Response):
+    status: str
+    store: dict[str, Any]
+
+
+class Problem(Response):
+    """RFC 9457 problem details; ``code`` is the stable machine-readable member."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    instance: str | None = None

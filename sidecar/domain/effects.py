@@ -1,0 +1,134 @@
+"""The effect state machine (SPEC §3).
+
+    (none) ──record──▶ pending ──▶ completed
+                          │  ├───▶ failed ──reopen──▶ pending
+                          │  └───▶ unknown ──▶ completed | failed   (probe evidence)
+                          │                └──reopen──▶ pending     (retry, same key)
+
+``completed`` is final: a completed effect is only ever replayed.  Every change is
+fenced by the *caller's* attempt and generation, which need not be the effect's own: a
+new attempt resolves or retries what an earlier one left ``pending``/``unknown``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from sidecar.domain.leases import fence
+from sidecar.domain.model import (
+    JSON,
+    Effect,
+    EffectEvent,
+    EffectState,
+    RecordedResponse,
+    TaskState,
+)
+from sidecar.errors import EffectExists, InvalidTransition
+
+ALLOWED: dict[EffectState, frozenset[EffectState]] = {
+    EffectState.PENDING: frozenset(
+        {EffectState.COMPLETED, EffectState.FAILED, EffectState.UNKNOWN}
+    ),
+    EffectState.UNKNOWN: frozenset(
+        {EffectState.PENDING, EffectState.COMPLETED, EffectState.FAILED}
+    ),
+    EffectState.FAILED: frozenset({EffectState.PENDING}),
+    EffectState.COMPLETED: frozenset(),
+}
+
+# Events that annotate an effect without changing its state.
+NOTES = frozenset({"replayed", "probed", "divergent", "waited"})
+
+
+def record_pending(
+    state: TaskState | None,
+    existing: Effect | None,
+    *,
+    task: str,
+    key: str,
+    kind: str,
+    rule: str,
+    attempt_id: str,
+    generation: int,
+    fingerprint: str,
+    idempotency_key: str | None,
+    request: JSON,
+    now: datetime,
+) -> tuple[Effect, EffectEvent]:
+    """Log a new effect as ``pending`` (before it is forwarded)."""
+    fence(state, task, attempt_id, generation)
+    if existing is not None:
+        raise EffectExists(existing)
+    effect = Effect(
+        task=task,
+        key=key,
+        state=EffectState.PENDING,
+        kind=kind,
+        rule=rule,
+        origin_attempt_id=attempt_id,
+        attempt_id=attempt_id,
+        generation=generation,
+        fingerprint=fingerprint,
+        idempotency_key=idempotency_key,
+        request=request,
+        created_at=now,
+        updated_at=now,
+    )
+    return effect, EffectEvent(task, key, "pending", attempt_id, generation, now)
+
+
+def transition(
+    state: TaskState | None,
+    effect: Effect | None,
+    *,
+    task: str,
+    key: str,
+    to: EffectState,
+    attempt_id: str,
+    generation: int,
+    now: datetime,
+    response: RecordedResponse | None = None,
+    detail: str | None = None,
+) -> tuple[Effect, EffectEvent]:
+    """Move an effect to ``to`` on behalf of the task's current holder."""
+    fence(state, task, attempt_id, generation)
+    if effect is None:
+        raise InvalidTransition(f"task {task} has no effect {key!r}")
+    if to not in ALLOWED[effect.state]:
+        raise InvalidTransition(
+            f"task {task}: effect {key!r} cannot go from {effect.state.value} to {to.value}"
+        )
+    if to is EffectState.COMPLETED and response is None:
+        raise InvalidTransition(f"task {task}: completing {key!r} needs the response")
+    updated = replace(
+        effect,
+        state=to,
+        attempt_id=attempt_id,
+        generation=generation,
+        updated_at=now,
+        response=response if response is not None else effect.response,
+        detail=detail,
+    )
+    return updated, EffectEvent(task, key, to.value, attempt_id, generation, now, detail)
+
+
+def note(
+    state: TaskState | None,
+    effect: Effect | None,
+    *,
+    task: str,
+    key: str,
+    event: str,
+    attempt_id: str,
+    generation: int,
+    now: datetime,
+    detail: str | None = None,
+) -> EffectEvent:
+    """Annotate an effect's audit trail (a replay, a probe, a divergent payload)."""
+    fence(state, task, attempt_id, generation)
+    if effect is None:
+        raise InvalidTransition(f"task {task} has no effect {key!r}")
+    if event not in NOTES:
+        raise InvalidTransition(f"unknown effect event {event!r}; one of {sorted(NOTES)}")
+    return EffectEvent(task, key, event, attempt_id, generation, now, detail)

@@ -1,0 +1,184 @@
+"""Every error effect-sidecar raises on purpose.
+
+One root class; each subclass carries a stable ``code`` (the ``code`` member of the
+control API's problem+json answers, the proxy's 409/503 bodies, the CLI's messages) and
+the HTTP status that code maps to.  Driver errors (sqlite3, asyncpg, OSError) are
+translated into :class:`StoreUnavailable` at the store boundary and nowhere else.
+
+    SidecarError
+    ├── ConfigError            bad flags, env, config or rule files (never at run time)
+    ├── InvalidRequest         a body or parameter that does not validate
+    ├── NotFound               no such task / effect
+    ├── Unauthorized           missing or wrong control-API bearer token
+    ├── Conflict
+    │   ├── LeaseHeld          another worker's lease on the task is live
+    │   ├── StaleGeneration    a write whose (attempt, generation) is not the task's current one
+    │   ├── EffectExists       a second ``pending`` for a key the task already logged
+    │   └── InvalidTransition  an effect state change the state machine forbids
+    └── StoreUnavailable       the store cannot durably record right now (fail closed)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from sidecar.domain.model import Effect
+
+
+class SidecarError(Exception):
+    """effect-sidecar could not do what was asked."""
+
+    code: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, detail: str | None = None) -> None:
+        self.detail = detail or (self.__doc__ or self.title).strip()
+        super().__init__(self.detail)
+
+    def extensions(self) -> dict[str, Any]:
+        """Extra machine-readable members for a problem+json body."""
+        return {}
+
+
+class ConfigError(SidecarError):
+    """The configuration is invalid."""
+
+    code = "invalid_config"
+    status = 400
+    title = "Invalid configuration"
+
+
+class InvalidRequest(SidecarError):
+    """The request is malformed or does not match its schema."""
+
+    code = "invalid_request"
+    status = 400
+    title = "Invalid request"
+
+    def __init__(
+        self, detail: str | None = None, *, errors: list[dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.errors = errors or []
+        # Schema violations (well-formed JSON, wrong content) are 422; unparsable input 400.
+        self.http_status = 422 if self.errors else 400
+
+    def extensions(self) -> dict[str, Any]:
+        return {"errors": self.errors} if self.errors else {}
+
+
+class NotFound(SidecarError):
+    """No such resource."""
+
+    code = "not_found"
+    status = 404
+    title = "Not found"
+
+
+class Unauthorized(SidecarError):
+    """A valid bearer token is required."""
+
+    code = "unauthorized"
+    status = 401
+    title = "Unauthorized"
+
+
+class Conflict(SidecarError):
+    """The request conflicts with the task's current state."""
+
+    code = "conflict"
+    status = 409
+    title = "Conflict"
+
+
+class LeaseHeld(Conflict):
+    """Another worker holds a live lease on this task."""
+
+    code = "lease_held"
+    title = "Lease held by another worker"
+
+    def __init__(self, task: str, holder: str, attempt_id: str, expires_at: datetime) -> None:
+        self.task = task
+        self.holder = holder
+        self.attempt_id = attempt_id
+        self.expires_at = expires_at
+        super().__init__(
+            f"task {task} is leased to worker {holder!r} (attempt {attempt_id}) "
+            f"until {expires_at.isoformat()}"
+        )
+
+    def extensions(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "holder": self.holder,
+            "holder_attempt_id": self.attempt_id,
+            "lease_expires_at": self.expires_at.isoformat(),
+        }
+
+
+class StaleGeneration(Conflict):
+    """The write carries a generation that is not the task's current one; nothing was written."""
+
+    code = "stale_generation"
+    title = "Stale generation"
+
+    def __init__(
+        self,
+        task: str,
+        attempt_id: str,
+        generation: int,
+        current_generation: int,
+        reason: str,
+    ) -> None:
+        self.task = task
+        self.attempt_id = attempt_id
+        self.generation = generation
+        self.current_generation = current_generation
+        self.reason = reason
+        super().__init__(
+            f"task {task}: attempt {attempt_id} generation {generation} is fenced "
+            f"(current generation {current_generation}): {reason}"
+        )
+
+    def extensions(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "attempt_id": self.attempt_id,
+            "generation": self.generation,
+            "current_generation": self.current_generation,
+        }
+
+
+class EffectExists(Conflict):
+    """The task's effect log already holds this effect key."""
+
+    code = "effect_exists"
+    title = "Effect already logged"
+
+    def __init__(self, existing: Effect) -> None:
+        self.existing = existing
+        super().__init__(
+            f"task {existing.task}: effect {existing.key!r} is already {existing.state.value} "
+            f"(attempt {existing.attempt_id}, generation {existing.generation})"
+        )
+
+    def extensions(self) -> dict[str, Any]:
+        return {"effect_key": self.existing.key, "state": self.existing.state.value}
+
+
+class InvalidTransition(Conflict):
+    """The effect state machine does not allow this change."""
+
+    code = "invalid_transition"
+    title = "Invalid effect transition"
+
+
+class StoreUnavailable(SidecarError):
+    """The store cannot durably record right now; nothing was forwarded or acknowledged."""
+
+    code = "store_unavailable"
+    status = 503
+    title = "Store unavailable"

@@ -1,0 +1,198 @@
+"""The store interface every backend implements, and its convenience methods.
+
+A backend implements four things: :meth:`Store.open`/:meth:`Store.close`,
+:meth:`Store.execute` (run write commands, each in a durable transaction) and the
+read queries.  The named write methods below (``claim``, ``append_checkpoint``, ...) are
+thin and shared, so callers never build commands by hand.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar.domain.model import (
+    JSON,
+    Checkpoint,
+    Claim,
+    Effect,
+    EffectEvent,
+    EffectState,
+    FenceRefusal,
+    RecordedResponse,
+    TaskState,
+    TaskView,
+)
+from sidecar.errors import SidecarError
+from sidecar.store.commands import (
+    AppendCheckpoint,
+    ClaimTask,
+    Command,
+    Heartbeat,
+    NoteEffect,
+    RecordPending,
+    Release,
+    TransitionEffect,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """What a store says about itself on /readyz and at start-up."""
+
+    url: str
+    backend: str
+    schema_version: int
+    durable: bool
+
+
+class WriteObserver:
+    """Hook told the outcome of every write command; this base does nothing."""
+
+    def done(self, command: Command[Any], result: Any, seconds: float) -> None:
+        return None
+
+    def refused(self, command: Command[Any], error: SidecarError, seconds: float) -> None:
+        return None
+
+
+class Store(ABC):
+    """Leases, checkpoints and the effect log, behind one seam chosen by URL."""
+
+    url: str
+    #: told about every write; the server installs one that feeds metrics and the log.
+    observer: WriteObserver = WriteObserver()
+
+    async def __aenter__(self) -> Store:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect and migrate; raise StoreUnavailable if that is not possible."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Finish writes already accepted, then disconnect."""
+
+    @abstractmethod
+    async def info(self) -> StoreInfo: ...
+
+    async def execute[T](self, command: Command[T]) -> T:
+        """Run one write command in a durable transaction; return when it is committed."""
+        started = time.perf_counter()
+        try:
+            result = await self._run(command)
+        except SidecarError as error:
+            self.observer.refused(command, error, time.perf_counter() - started)
+            raise
+        self.observer.done(command, result, time.perf_counter() - started)
+        return result
+
+    @abstractmethod
+    async def _run[T](self, command: Command[T]) -> T:
+        """The backend's transaction around ``command.apply``."""
+
+    @abstractmethod
+    async def check_writable(self) -> None:
+        """Prove the store accepts a durable write (a test write + delete)."""
+
+    # ---- reads -------------------------------------------------------------------
+
+    @abstractmethod
+    async def task_view(self, task: str) -> TaskView | None: ...
+
+    @abstractmethod
+    async def list_tasks(self) -> list[TaskView]:
+        """Every task with its lease, last checkpoint and effect counts (no attempts)."""
+
+    @abstractmethod
+    async def checkpoints(self, task: str) -> list[Checkpoint]: ...
+
+    @abstractmethod
+    async def effects(self, task: str) -> list[Effect]: ...
+
+    @abstractmethod
+    async def effect(self, task: str, key: str) -> Effect | None: ...
+
+    @abstractmethod
+    async def effect_events(self, task: str) -> list[EffectEvent]: ...
+
+    @abstractmethod
+    async def refusals(self, task: str) -> list[FenceRefusal]: ...
+
+    # ---- named writes ------------------------------------------------------------
+
+    async def claim(self, task: str, worker: str, ttl_s: float) -> Claim:
+        return await self.execute(ClaimTask(task, worker, ttl_s))
+
+    async def heartbeat(
+        self, task: str, attempt_id: str, generation: int, ttl_s: float | None = None
+    ) -> TaskState:
+        return await self.execute(Heartbeat(task, attempt_id, generation, ttl_s))
+
+    async def release(self, task: str, attempt_id: str, generation: int) -> TaskState:
+        return await self.execute(Release(task, attempt_id, generation))
+
+    async def append_checkpoint(
+        self, task: str, attempt_id: str, generation: int, stage: str, outputs: JSON
+    ) -> Checkpoint:
+        return await self.execute(AppendCheckpoint(task, attempt_id, generation, stage, outputs))
+
+    async def record_pending(
+        self,
+        task: str,
+        key: str,
+        attempt_id: str,
+        generation: int,
+        *,
+        kind: str,
+        rule: str,
+        fingerprint: str,
+        idempotency_key: str | None,
+        request: JSON,
+    ) -> Effect:
+        return await self.execute(
+            RecordPending(
+                task,
+                key,
+                attempt_id,
+                generation,
+                kind,
+                rule,
+                fingerprint,
+                idempotency_key,
+                request,
+            )
+        )
+
+    async def transition_effect(
+        self,
+        task: str,
+        key: str,
+        attempt_id: str,
+        generation: int,
+        to: EffectState,
+        *,
+        response: RecordedResponse | None = None,
+        detail: str | None = None,
+    ) -> Effect:
+        return await self.execute(
+            TransitionEffect(task, key, attempt_id, generation, to, response, detail)
+        )
+
+    async def note_effect(
+        self,
+        task: str,
+        key: str,
+        attempt_id: str,
+        generation: int,
+        event: str,
+        detail: str | None = None,
+    ) -> EffectEvent:
+        return await self.execute(NoteEffect(task, key, attempt_id, generation, event, detail))

@@ -1,0 +1,293 @@
+"""Write commands: the only way state changes, identical for every store.
+
+A store runs a command inside one transaction: it loads what the command touches into a
+:class:`WorkingSet`, calls :meth:`Command.apply` (which calls the pure domain rules and
+puts the results back), and persists what changed.  Because the decision and the write
+happen in that same transaction, a fenced write can never slip past a newer claim; and
+because every store shares these commands, they cannot disagree on the rules.
+
+A fenced command refused for a stale generation still leaves a trace: a
+:class:`FenceRefusal` is written in the same transaction, for the audit trail and
+``sidecar review``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar, Protocol
+
+from sidecar.domain import checkpoints, effects, leases
+from sidecar.domain.model import (
+    JSON,
+    Attempt,
+    AttemptEnd,
+    Checkpoint,
+    Claim,
+    Effect,
+    EffectEvent,
+    EffectState,
+    FenceRefusal,
+    RecordedResponse,
+    TaskState,
+)
+from sidecar.errors import StaleGeneration
+
+
+class WorkingSet(Protocol):
+    """The slice of a store's state one transaction reads and writes."""
+
+    def task(self, task: str) -> TaskState | None: ...
+    def put_task(self, state: TaskState) -> None: ...
+    def add_attempt(self, attempt: Attempt) -> None: ...
+    def end_attempt(self, attempt_id: str, at: datetime, reason: AttemptEnd) -> None: ...
+    def last_checkpoint(self, task: str) -> Checkpoint | None: ...
+    def add_checkpoint(self, checkpoint: Checkpoint) -> None: ...
+    def effect(self, task: str, key: str) -> Effect | None: ...
+    def put_effect(self, effect: Effect) -> None: ...
+    def add_event(self, event: EffectEvent) -> None: ...
+    def add_refusal(self, refusal: FenceRefusal) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a command may take from outside: the transaction's time and fresh ids."""
+
+    now: datetime
+    new_attempt_id: Callable[[], str]
+
+
+class Command[T](ABC):
+    """One write against one task.  Subclasses are frozen dataclasses."""
+
+    task: str
+    #: whether the command answers with the task's last checkpoint.
+    needs_last_checkpoint: ClassVar[bool] = False
+    #: name used for metrics, logs and fence refusals.
+    operation: ClassVar[str] = "write"
+
+    def effect_key(self) -> tuple[str, str] | None:
+        """(task, key) of the effect this command reads, so a store can load it up front."""
+        return None
+
+    @abstractmethod
+    def apply(self, ws: WorkingSet, ctx: Context) -> T:
+        """Decide and stage the change in ``ws``; raise a SidecarError to refuse."""
+
+
+class FencedCommand[T](Command[T]):
+    """A command carrying ``(attempt_id, generation)``; refusals are logged."""
+
+    attempt_id: str
+    generation: int
+
+    def apply(self, ws: WorkingSet, ctx: Context) -> T:
+        try:
+            return self.apply_fenced(ws, ctx)
+        except StaleGeneration as refused:
+            ws.add_refusal(
+                FenceRefusal(
+                    task=self.task,
+                    operation=self.operation,
+                    attempt_id=self.attempt_id,
+                    generation=self.generation,
+                    current_generation=refused.current_generation,
+                    at=ctx.now,
+                    reason=refused.reason,
+                )
+            )
+            raise
+
+    @abstractmethod
+    def apply_fenced(self, ws: WorkingSet, ctx: Context) -> T: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimTask(Command[Claim]):
+    task: str
+    worker: str
+    ttl_s: float
+    needs_last_checkpoint: ClassVar[bool] = True
+    operation: ClassVar[str] = "claim"
+
+    def apply(self, ws: WorkingSet, ctx: Context) -> Claim:
+        outcome = leases.claim(
+            ws.task(self.task), self.task, self.worker, self.ttl_s, ctx.now, ctx.new_attempt_id()
+        )
+        ws.put_task(outcome.state)
+        if outcome.ended_attempt_id is not None and outcome.end_reason is not None:
+            ws.end_attempt(outcome.ended_attempt_id, ctx.now, outcome.end_reason)
+        ws.add_attempt(outcome.attempt)
+        lease = outcome.state.lease
+        assert lease is not None
+        return Claim(
+            task=self.task,
+            attempt_id=lease.attempt_id,
+            generation=lease.generation,
+            worker=lease.worker,
+            lease_expires_at=lease.expires_at,
+            last_checkpoint=ws.last_checkpoint(self.task),
+            previous_attempt_id=outcome.ended_attempt_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(FencedCommand[TaskState]):
+    task: str
+    attempt_id: str
+    generation: int
+    ttl_s: float | None = None
+    operation: ClassVar[str] = "heartbeat"
+
+    def apply_fenced(self, ws: WorkingSet, ctx: Context) -> TaskState:
+        state = leases.heartbeat(
+            ws.task(self.task), self.task, self.attempt_id, self.generation, self.ttl_s, ctx.now
+        )
+        ws.put_task(state)
+        return state
+
+
+@dataclass(frozen=True, slots=True)
+class Release(FencedCommand[TaskState]):
+    task: str
+    attempt_id: str
+    generation: int
+    operation: ClassVar[str] = "release"
+
+    def apply_fenced(self, ws: WorkingSet, ctx: Context) -> TaskState:
+        state, changed = leases.release(
+            ws.task(self.task), self.task, self.attempt_id, self.generation, ctx.now
+        )
+        if changed:
+            ws.put_task(state)
+            ws.end_attempt(self.attempt_id, ctx.now, AttemptEnd.RELEASED)
+        return state
+
+
+@dataclass(frozen=True, slots=True)
+class AppendCheckpoint(FencedCommand[Checkpoint]):
+    task: str
+    attempt_id: str
+    generation: int
+    stage: str
+    outputs: JSON
+    operation: ClassVar[str] = "checkpoint"
+
+    def apply_fenced(self, ws: WorkingSet, ctx: Context) -> Checkpoint:
+        state, checkpoint = checkpoints.append(
+            ws.task(self.task),
+            self.task,
+            self.attempt_id,
+            self.generation,
+            self.stage,
+            self.outputs,
+            ctx.now,
+        )
+        ws.put_task(state)
+        ws.add_checkpoint(checkpoint)
+        return checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class RecordPending(FencedCommand[Effect]):
+    """Log an effect as ``pending`` before it is forwarded (raises EffectExists if logged)."""
+
+    task: str
+    key: str
+    attempt_id: str
+    generation: int
+    kind: str
+    rule: str
+    fingerprint: str
+    idempotency_key: str | None
+    request: JSON
+    operation: ClassVar[str] = "effect.record"
+
+    def effect_key(self) -> tuple[str, str]:
+        return (self.task, self.key)
+
+    def apply_fenced(self, ws: WorkingSet, ctx: Context) -> Effect:
+        effect, event = effects.record_pending(
+            ws.task(self.task),
+            ws.effect(self.task, self.key),
+            task=self.task,
+            key=self.key,
+            kind=self.kind,
+            rule=self.rule,
+            attempt_id=self.attempt_id,
+            generation=self.generation,
+            fingerprint=self.fingerprint,
+            idempotency_key=self.idempotency_key,
+            request=self.request,
+            now=ctx.now,
+        )
+        ws.put_effect(effect)
+        ws.add_event(event)
+        return effect
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionEffect(FencedCommand[Effect]):
+    """Move a logged effect to another state (see :mod:`sidecar.domain.effects`)."""
+
+    task: str
+    key: str
+    attempt_id: str
+    generation: int
+    to: EffectState
+    response: RecordedResponse | None = None
+    detail: str | None = None
+    operation: ClassVar[str] = "effect.transition"
+
+    def effect_key(self) -> tuple[str, str]:
+        return (self.task, self.key)
+
+    def apply_fenced(self, ws: WorkingSet, ctx: Context) -> Effect:
+        effect, event = effects.transition(
+            ws.task(self.task),
+            ws.effect(self.task, self.key),
+            task=self.task,
+            key=self.key,
+            to=self.to,
+            attempt_id=self.attempt_id,
+            generation=self.generation,
+            now=ctx.now,
+            response=self.response,
+            detail=self.detail,
+        )
+        ws.put_effect(effect)
+        ws.add_event(event)
+        return effect
+
+
+@dataclass(frozen=True, slots=True)
+class NoteEffect(FencedCommand[EffectEvent]):
+    """Add a replayed/probed/divergent line to an effect's audit trail."""
+
+    task: str
+    key: str
+    attempt_id: str
+    generation: int
+    event: str
+    detail: str | None = None
+    operation: ClassVar[str] = "effect.note"
+
+    def effect_key(self) -> tuple[str, str]:
+        return (self.task, self.key)
+
+    def apply_fenced(self, ws: WorkingSet, ctx: Context) -> EffectEvent:
+        event = effects.note(
+            ws.task(self.task),
+            ws.effect(self.task, self.key),
+            task=self.task,
+            key=self.key,
+            event=self.event,
+            attempt_id=self.attempt_id,
+            generation=self.generation,
+            now=ctx.now,
+            detail=self.detail,
+        )
+        ws.add_event(event)
+        return event

@@ -1,0 +1,146 @@
+"""``memory://``: the store kept in dictionaries, for unit tests and dry runs.
+
+Same commands, same rules as the durable stores; nothing survives the process.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+
+from sidecar.clock import Clock, SystemClock
+from sidecar.domain.ids import new_attempt_id
+from sidecar.domain.model import (
+    Attempt,
+    AttemptEnd,
+    Checkpoint,
+    Effect,
+    EffectEvent,
+    FenceRefusal,
+    TaskState,
+    TaskView,
+)
+from sidecar.store.base import Store, StoreInfo
+from sidecar.store.commands import Command, Context
+
+
+class _State:
+    """All tasks' records; implements the WorkingSet protocol directly."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, TaskState] = {}
+        self.attempts: dict[str, Attempt] = {}
+        self.checkpoints: dict[str, list[Checkpoint]] = {}
+        self.effects: dict[tuple[str, str], Effect] = {}
+        self.events: list[EffectEvent] = []
+        self.refusals: list[FenceRefusal] = []
+
+    def task(self, task: str) -> TaskState | None:
+        return self.tasks.get(task)
+
+    def put_task(self, state: TaskState) -> None:
+        self.tasks[state.task] = state
+
+    def add_attempt(self, attempt: Attempt) -> None:
+        self.attempts[attempt.attempt_id] = attempt
+
+    def end_attempt(self, attempt_id: str, at: datetime, reason: AttemptEnd) -> None:
+        attempt = self.attempts[attempt_id]
+        if attempt.ended_at is None:
+            self.attempts[attempt_id] = replace(attempt, ended_at=at, end_reason=reason)
+
+    def last_checkpoint(self, task: str) -> Checkpoint | None:
+        history = self.checkpoints.get(task)
+        return history[-1] if history else None
+
+    def add_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.checkpoints.setdefault(checkpoint.task, []).append(checkpoint)
+
+    def effect(self, task: str, key: str) -> Effect | None:
+        return self.effects.get((task, key))
+
+    def put_effect(self, effect: Effect) -> None:
+        self.effects[(effect.task, effect.key)] = effect
+
+    def add_event(self, event: EffectEvent) -> None:
+        self.events.append(event)
+
+    def add_refusal(self, refusal: FenceRefusal) -> None:
+        self.refusals.append(refusal)
+
+
+class MemoryStore(Store):
+    def __init__(
+        self,
+        url: str = "memory://",
+        *,
+        clock: Clock | None = None,
+        new_attempt_id: Callable[[], str] = new_attempt_id,
+    ) -> None:
+        self.url = url
+        self._clock = clock or SystemClock()
+        self._new_attempt_id = new_attempt_id
+        self._state = _State()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def info(self) -> StoreInfo:
+        return StoreInfo(url=self.url, backend="memory", schema_version=0, durable=False)
+
+    async def _run[T](self, command: Command[T]) -> T:
+        # apply() never awaits, so each command is atomic with respect to the event loop.
+        return command.apply(self._state, Context(self._clock.now(), self._new_attempt_id))
+
+    async def check_writable(self) -> None:
+        return None
+
+    async def task_view(self, task: str) -> TaskView | None:
+        state = self._state.task(task)
+        if state is None:
+            return None
+        attempts = sorted(
+            (a for a in self._state.attempts.values() if a.task == task),
+            key=lambda a: a.generation,
+        )
+        return TaskView(
+            state=state,
+            attempts=tuple(attempts),
+            last_checkpoint=self._state.last_checkpoint(task),
+            effect_counts=self._effect_counts(task),
+        )
+
+    async def list_tasks(self) -> list[TaskView]:
+        return [
+            TaskView(
+                state=state,
+                attempts=(),
+                last_checkpoint=self._state.last_checkpoint(name),
+                effect_counts=self._effect_counts(name),
+            )
+            for name, state in sorted(self._state.tasks.items())
+        ]
+
+    def _effect_counts(self, task: str) -> dict[str, int]:
+        return dict(Counter(e.state.value for e in self._state.effects.values() if e.task == task))
+
+    async def checkpoints(self, task: str) -> list[Checkpoint]:
+        return list(self._state.checkpoints.get(task, []))
+
+    async def effects(self, task: str) -> list[Effect]:
+        found = [e for e in self._state.effects.values() if e.task == task]
+        return sorted(found, key=lambda e: (e.created_at, e.key))
+
+    async def effect(self, task: str, key: str) -> Effect | None:
+        return self._state.effect(task, key)
+
+    async def effect_events(self, task: str) -> list[EffectEvent]:
+        return [e for e in self._state.events if e.task == task]
+
+    async def refusals(self, task: str) -> list[FenceRefusal]:
+        return [r for r in self._state.refusals if r.task == task]

@@ -1,0 +1,67 @@
+"""Turning store writes into metrics and structured log lines.
+
+Installed on a store by the server (``store.observer = MetricsObserver(metrics)``), so
+every write is counted and logged the same way whether it came from the control API,
+the HTTP proxy or the PostgreSQL relay.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sidecar.domain.model import Claim
+from sidecar.errors import LeaseHeld, SidecarError, StaleGeneration
+from sidecar.metrics import Metrics
+from sidecar.store.base import WriteObserver
+from sidecar.store.commands import AppendCheckpoint, Command, FencedCommand
+
+log = logging.getLogger("sidecar.store")
+
+
+def _context(command: Command[Any], result: Any = None) -> dict[str, Any]:
+    fields: dict[str, Any] = {"task": command.task, "operation": command.operation}
+    if isinstance(result, Claim):
+        fields |= {"attempt_id": result.attempt_id, "generation": result.generation}
+    elif isinstance(command, FencedCommand):
+        fields |= {"attempt_id": command.attempt_id, "generation": command.generation}
+    key = command.effect_key()
+    if key is not None:
+        fields["effect_key"] = key[1]
+    return fields
+
+
+class MetricsObserver(WriteObserver):
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def done(self, command: Command[Any], result: Any, seconds: float) -> None:
+        m = self.metrics
+        m.store_writes.labels(command.operation, "ok").inc()
+        m.store_write_seconds.labels(command.operation).observe(seconds)
+        if isinstance(command, AppendCheckpoint):
+            m.checkpoint_write_seconds.observe(seconds)
+        if isinstance(result, Claim):
+            m.claims.labels("granted").inc()
+        fields = _context(command, result)
+        if isinstance(result, Claim) and result.previous_attempt_id:
+            fields["previous_attempt_id"] = result.previous_attempt_id
+        if hasattr(result, "state") and hasattr(result, "key"):
+            fields["state"] = str(result.state)
+        log.info("%s ok", command.operation, extra=fields)
+
+    def refused(self, command: Command[Any], error: SidecarError, seconds: float) -> None:
+        m = self.metrics
+        m.store_writes.labels(command.operation, error.code).inc()
+        fields = _context(command) | {"code": error.code}
+        if isinstance(error, LeaseHeld):
+            m.claims.labels("lease_held").inc()
+            m.lease_conflicts.inc()
+            fields["holder"] = error.holder
+        elif isinstance(error, StaleGeneration):
+            m.stale_writes_refused.labels(command.operation).inc()
+            fields["current_generation"] = error.current_generation
+        elif command.operation == "claim":
+            m.claims.labels(error.code).inc()
+        level = logging.ERROR if error.status >= 500 else logging.WARNING
+        log.log(level, "%s refused: %s", command.operation, error.detail, extra=fields)

@@ -1,0 +1,226 @@
+"""Turning stored rows into domain records and back, for the SQL stores.
+
+Rows arrive as tuples in the column order of the named statements.  Times are integer
+microseconds since the epoch on SQLite (exact, unlike REAL seconds) and are converted
+here so the rest of the code only sees aware ``datetime`` values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sidecar.domain.model import (
+    Attempt,
+    AttemptEnd,
+    Checkpoint,
+    Effect,
+    EffectEvent,
+    EffectState,
+    FenceRefusal,
+    Lease,
+    RecordedResponse,
+    TaskState,
+)
+
+type Row = Sequence[Any]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+# One encoder for every row: json.dumps(separators=...) would build a new one per call,
+# which showed up as the largest cost of a checkpoint write after the fsync.
+_compact_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def to_us(at: datetime) -> int:
+    return (at - _EPOCH) // _MICROSECOND
+
+
+def from_us(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def _opt_time(us: int | None) -> datetime | None:
+    return None if us is None else from_us(us)
+
+
+def _opt_us(at: datetime | None) -> int | None:
+    return None if at is None else to_us(at)
+
+
+def task_state(row: Row) -> TaskState:
+    (task, generation, seq, created, updated, attempt_id, lease_gen, worker, acq, exp, ttl, rel) = (
+        row
+    )
+    lease = (
+        None
+        if attempt_id is None
+        else Lease(
+            attempt_id=attempt_id,
+            generation=lease_gen,
+            worker=worker,
+            acquired_at=from_us(acq),
+            expires_at=from_us(exp),
+            ttl_s=ttl,
+            released_at=_opt_time(rel),
+        )
+    )
+    return TaskState(task, generation, seq, from_us(created), from_us(updated), lease)
+
+
+def task_params(state: TaskState) -> tuple[Any, ...]:
+    return (
+        state.task,
+        state.generation,
+        state.checkpoint_seq,
+        to_us(state.created_at),
+        to_us(state.updated_at),
+    )
+
+
+def lease_params(task: str, lease: Lease) -> tuple[Any, ...]:
+    return (
+        task,
+        lease.attempt_id,
+        lease.generation,
+        lease.worker,
+        to_us(lease.acquired_at),
+        to_us(lease.expires_at),
+        lease.ttl_s,
+        _opt_us(lease.released_at),
+    )
+
+
+def attempt(row: Row) -> Attempt:
+    attempt_id, task, generation, worker, claimed, ended, reason = row
+    return Attempt(
+        attempt_id,
+        task,
+        generation,
+        worker,
+        from_us(claimed),
+        _opt_time(ended),
+        None if reason is None else AttemptEnd(reason),
+    )
+
+
+def attempt_params(a: Attempt) -> tuple[Any, ...]:
+    return (a.attempt_id, a.task, a.generation, a.worker, to_us(a.claimed_at))
+
+
+def checkpoint(row: Row) -> Checkpoint:
+    task, seq, stage, attempt_id, generation, outputs, created = row
+    return Checkpoint(
+        task, seq, stage, attempt_id, generation, json.loads(outputs), from_us(created)
+    )
+
+
+def checkpoint_params(c: Checkpoint) -> tuple[Any, ...]:
+    return (
+        c.task,
+        c.seq,
+        c.stage,
+        c.attempt_id,
+        c.generation,
+        _compact_json(c.outputs),
+        to_us(c.created_at),
+    )
+
+
+def effect(row: Row) -> Effect:
+    (
+        task,
+        key,
+        state,
+        kind,
+        rule,
+        origin,
+        attempt_id,
+        generation,
+        fingerprint,
+        idem,
+        request,
+        status,
+        headers,
+        body,
+        detail,
+        created,
+        updated,
+    ) = row
+    response = (
+        None
+        if status is None
+        else RecordedResponse(
+            status=status,
+            headers=tuple((str(n), str(v)) for n, v in json.loads(headers or "[]")),
+            body=bytes(body or b""),
+        )
+    )
+    return Effect(
+        task=task,
+        key=key,
+        state=EffectState(state),
+        kind=kind,
+        rule=rule,
+        origin_attempt_id=origin,
+        attempt_id=attempt_id,
+        generation=generation,
+        fingerprint=fingerprint,
+        idempotency_key=idem,
+        request=json.loads(request),
+        created_at=from_us(created),
+        updated_at=from_us(updated),
+        response=response,
+        detail=detail,
+    )
+
+
+def effect_params(e: Effect) -> tuple[Any, ...]:
+    r = e.response
+    return (
+        e.task,
+        e.key,
+        e.state.value,
+        e.kind,
+        e.rule,
+        e.origin_attempt_id,
+        e.attempt_id,
+        e.generation,
+        e.fingerprint,
+        e.idempotency_key,
+        _compact_json(e.request),
+        None if r is None else r.status,
+        None if r is None else _compact_json([list(h) for h in r.headers]),
+        None if r is None else r.body,
+        e.detail,
+        to_us(e.created_at),
+        to_us(e.updated_at),
+    )
+
+
+def event(row: Row) -> EffectEvent:
+    task, key, name, attempt_id, generation, at, detail = row
+    return EffectEvent(task, key, name, attempt_id, generation, from_us(at), detail)
+
+
+def event_params(e: EffectEvent) -> tuple[Any, ...]:
+    return (e.task, e.key, e.event, e.attempt_id, e.generation, to_us(e.at), e.detail)
+
+
+def refusal(row: Row) -> FenceRefusal:
+    task, operation, attempt_id, generation, current, at, reason = row
+    return FenceRefusal(task, operation, attempt_id, generation, current, from_us(at), reason)
+
+
+def refusal_params(r: FenceRefusal) -> tuple[Any, ...]:
+    return (
+        r.task,
+        r.operation,
+        r.attempt_id,
+        r.generation,
+        r.current_generation,
+        to_us(r.at),
+        r.reason,
+    )

@@ -1,0 +1,127 @@
+-- Named statements of the SQLite store.  A block starts at "-- name: NAME" and runs to
+-- the next one.  Lists are passed as one JSON array parameter (json_each), so a
+-- statement's text is the same whatever the batch size and stays in the statement cache.
+
+-- name: load_tasks
+SELECT t.task, t.generation, t.checkpoint_seq, t.created_at, t.updated_at,
+       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at
+FROM tasks AS t
+LEFT JOIN leases AS l ON l.task = t.task
+WHERE t.task IN (SELECT value FROM json_each(?));
+
+-- name: load_last_checkpoints
+SELECT c.task, c.seq, c.stage, c.attempt_id, c.generation, c.outputs, c.created_at
+FROM tasks AS t
+JOIN checkpoints AS c ON c.task = t.task AND c.seq = t.checkpoint_seq
+WHERE t.task IN (SELECT value FROM json_each(?));
+
+-- name: load_effects
+SELECT e.task, e.key, e.state, e.kind, e.rule, e.origin_attempt_id, e.attempt_id,
+       e.generation, e.fingerprint, e.idempotency_key, e.request, e.response_status,
+       e.response_headers, e.response_body, e.detail, e.created_at, e.updated_at
+FROM json_each(?) AS wanted
+JOIN effects AS e
+  ON e.task = json_extract(wanted.value, '$[0]') AND e.key = json_extract(wanted.value, '$[1]');
+
+-- name: upsert_task
+INSERT INTO tasks (task, generation, checkpoint_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (task) DO UPDATE SET
+    generation = excluded.generation,
+    checkpoint_seq = excluded.checkpoint_seq,
+    updated_at = excluded.updated_at;
+
+-- name: upsert_lease
+INSERT INTO leases (task, attempt_id, generation, worker, acquired_at, expires_at, ttl_s,
+                    released_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (task) DO UPDATE SET
+    attempt_id = excluded.attempt_id,
+    generation = excluded.generation,
+    worker = excluded.worker,
+    acquired_at = excluded.acquired_at,
+    expires_at = excluded.expires_at,
+    ttl_s = excluded.ttl_s,
+    released_at = excluded.released_at;
+
+-- name: insert_attempt
+INSERT INTO attempts (attempt_id, task, generation, worker, claimed_at)
+VALUES (?, ?, ?, ?, ?);
+
+-- name: end_attempt
+UPDATE attempts SET ended_at = ?, end_reason = ?
+WHERE attempt_id = ? AND ended_at IS NULL;
+
+-- name: insert_checkpoint
+INSERT INTO checkpoints (task, seq, stage, attempt_id, generation, outputs, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?);
+
+-- name: upsert_effect
+INSERT INTO effects (task, key, state, kind, rule, origin_attempt_id, attempt_id, generation,
+                     fingerprint, idempotency_key, request, response_status, response_headers,
+                     response_body, detail, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (task, key) DO UPDATE SET
+    state = excluded.state,
+    attempt_id = excluded.attempt_id,
+    generation = excluded.generation,
+    response_status = excluded.response_status,
+    response_headers = excluded.response_headers,
+    response_body = excluded.response_body,
+    detail = excluded.detail,
+    updated_at = excluded.updated_at;
+
+-- name: insert_event
+INSERT INTO effect_events (task, key, event, attempt_id, generation, at, detail)
+VALUES (?, ?, ?, ?, ?, ?, ?);
+
+-- name: insert_refusal
+INSERT INTO fence_refusals (task, operation, attempt_id, generation, current_generation, at,
+                            reason)
+VALUES (?, ?, ?, ?, ?, ?, ?);
+
+-- name: probe_insert
+INSERT INTO write_probe (at) VALUES (?);
+
+-- name: probe_delete
+DELETE FROM write_probe;
+
+-- name: all_tasks
+SELECT t.task, t.generation, t.checkpoint_seq, t.created_at, t.updated_at,
+       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at
+FROM tasks AS t
+LEFT JOIN leases AS l ON l.task = t.task
+ORDER BY t.task;
+
+-- name: all_last_checkpoints
+SELECT c.task, c.seq, c.stage, c.attempt_id, c.generation, c.outputs, c.created_at
+FROM tasks AS t
+JOIN checkpoints AS c ON c.task = t.task AND c.seq = t.checkpoint_seq;
+
+-- name: all_effect_counts
+SELECT task, state, count(*) FROM effects GROUP BY task, state;
+
+-- name: task_effect_counts
+SELECT task, state, count(*) FROM effects WHERE task = ? GROUP BY task, state;
+
+-- name: task_attempts
+SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason
+FROM attempts WHERE task = ? ORDER BY generation;
+
+-- name: task_checkpoints
+SELECT task, seq, stage, attempt_id, generation, outputs, created_at
+FROM checkpoints WHERE task = ? ORDER BY seq;
+
+-- name: task_effects
+SELECT task, key, state, kind, rule, origin_attempt_id, attempt_id, generation, fingerprint,
+       idempotency_key, request, response_status, response_headers, response_body, detail,
+       created_at, updated_at
+FROM effects WHERE task = ? ORDER BY created_at, key;
+
+-- name: task_effect_events
+SELECT task, key, event, attempt_id, generation, at, detail
+FROM effect_events WHERE task = ? ORDER BY id;
+
+-- name: task_refusals
+SELECT task, operation, attempt_id, generation, current_generation, at, reason
+FROM fence_refusals WHERE task = ? ORDER BY id;

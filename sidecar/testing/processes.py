@@ -1,0 +1,130 @@
+"""Starting real child processes, waiting for what they print, and killing them.
+
+Used by kill tests (SIGKILL at a chosen moment) and by the commands that reproduce the
+seed's scenarios.  Output is read line by line from a pipe on a background thread so a
+chatty child never blocks on a full pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class ProcessFailed(RuntimeError):
+    """A child did not print what was awaited, or died first."""
+
+
+class Child:
+    """A child process whose stdout lines are collected as they arrive."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        stderr_path: Path | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self._stderr = open(stderr_path, "ab") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
+        # argv comes from this package's own callers, never from outside input.
+        self.proc = subprocess.Popen(  # noqa: S603
+            self.argv,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,  # its own process group: signals reach only it
+        )
+        self.lines: list[str] = []
+        self._eof = False
+        self._arrived = threading.Condition()
+        self._reader = threading.Thread(target=self._read, name=f"child-{self.pid}", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def python(
+        cls,
+        module: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        stderr_path: Path | None = None,
+    ) -> Child:
+        """``python -m module args...`` with this interpreter."""
+        return cls([sys.executable, "-m", module, *args], env=env, stderr_path=stderr_path)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            with self._arrived:
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._arrived.notify_all()
+        self.proc.stdout.close()
+        with self._arrived:
+            self._eof = True
+            self._arrived.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 30.0, *, since: int = 0) -> re.Match[str]:
+        """Block until a stdout line (from line number ``since`` on) matches ``pattern``."""
+        compiled = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = since
+        with self._arrived:
+            while True:
+                for line in self.lines[seen:]:
+                    if m := compiled.search(line):
+                        return m
+                seen = len(self.lines)
+                if self._eof:
+                    raise ProcessFailed(
+                        f"{self.argv[:4]} exited ({self.proc.wait()}) before printing {pattern!r}"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ProcessFailed(
+                        f"{self.argv[:4]} did not print {pattern!r} within {timeout}s"
+                    )
+                self._arrived.wait(left)
+
+    def kill(self) -> int:
+        """SIGKILL the child (no cleanup runs in it) and reap it; return its exit status."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        status = self.proc.wait(timeout=10)
+        self._reader.join(timeout=10)
+        self._close()
+        return status
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return self.kill()
+        self._reader.join(timeout=10)
+        self._close()
+        return self.proc.returncode
+
+    def _close(self) -> None:
+        if not isinstance(self._stderr, int):
+            self._stderr.close()
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.kill()  # reaps and closes files even if the child already exited

@@ -1,0 +1,114 @@
+"""SQLite specifics: schema and migrations agree, and the store fails closed."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from sidecar.errors import ConfigError, StoreUnavailable
+from sidecar.store import create_store, sqlfiles
+from sidecar.store.sqlite import SQLiteStore
+from sidecar.store.sqlite_writer import statements
+
+
+def _schema_of(path: Path) -> list[tuple[str, str, str]]:
+    with sqlite3.connect(path) as db:
+        rows = db.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
+            "ORDER BY type, name"
+        ).fetchall()
+    return [(t, n, " ".join(s.split())) for t, n, s in rows]
+
+
+def test_schema_sql_and_the_migrations_build_the_same_database(tmp_path):
+    fresh, migrated = tmp_path / "fresh.db", tmp_path / "migrated.db"
+    with sqlite3.connect(fresh) as db:
+        db.executescript(sqlfiles.read("sqlite", "schema.sql"))
+    with sqlite3.connect(migrated) as db:
+        for migration in sqlfiles.migrations("sqlite"):
+            db.executescript(migration.sql)
+    assert _schema_of(fresh) == _schema_of(migrated)
+    assert _schema_of(fresh), "the schema is not empty"
+
+
+async def test_a_new_store_is_stamped_with_the_latest_version(tmp_path):
+    async with create_store(f"sqlite:///{tmp_path}/e.db") as store:
+        info = await store.info()
+    latest = sqlfiles.migrations("sqlite")[-1].version
+    assert info.schema_version == latest
+    with sqlite3.connect(tmp_path / "e.db") as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (latest,)
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_a_store_from_a_newer_sidecar_is_refused(tmp_path):
+    path = tmp_path / "e.db"
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version=999")
+    with pytest.raises(ConfigError, match="newer"):
+        await create_store(f"sqlite:///{path}").open()
+
+
+async def test_read_only_open_never_creates_a_store(tmp_path):
+    with pytest.raises(StoreUnavailable, match="no store"):
+        await create_store(f"sqlite:///{tmp_path}/absent.db", read_only=True).open()
+    assert not (tmp_path / "absent.db").exists()
+
+
+async def test_writes_fail_closed_while_the_file_is_locked_and_resume_after(tmp_path):
+    path = tmp_path / "e.db"
+    store = SQLiteStore(f"sqlite:///{path}", busy_timeout_s=0.2)
+    await store.open()
+    try:
+        claim = await store.claim("312", "a", 60)
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreUnavailable, match="cannot record"):
+            await store.append_checkpoint("312", claim.attempt_id, 1, "LOCKED_OUT", {})
+        with pytest.raises(StoreUnavailable):
+            await store.check_writable()
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        written = await store.append_checkpoint("312", claim.attempt_id, 1, "AFTER", {})
+        assert written.seq == 1, "the refused write left no trace"
+        assert [c.stage for c in await store.checkpoints("312")] == ["AFTER"]
+    finally:
+        await store.close()
+
+
+async def test_writes_queued_behind_a_failed_batch_are_all_answered(tmp_path):
+    path = tmp_path / "e.db"
+    store = SQLiteStore(f"sqlite:///{path}", busy_timeout_s=0.2)
+    await store.open()
+    try:
+        claim = await store.claim("312", "a", 60)
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        results = await asyncio.gather(
+            *(store.append_checkpoint("312", claim.attempt_id, 1, f"S{i}", {}) for i in range(20)),
+            return_exceptions=True,
+        )
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        assert all(isinstance(r, StoreUnavailable) for r in results)
+    finally:
+        await store.close()
+
+
+def test_scripts_split_into_completestatements():
+    script = "CREATE TABLE a (x TEXT);\n-- a note; with a semicolon\nINSERT INTO a VALUES (';');\n"
+    assert statements(script) == [
+        "CREATE TABLE a (x TEXT);",
+        "-- a note; with a semicolon\nINSERT INTO a VALUES (';');",
+    ]
+    with pytest.raises(ValueError, match="incomplete"):
+        statements("CREATE TABLE a (x TEXT")
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:/x.db", "postgres://x/y", "redis://"])
+def test_unsupported_urls_are_a_config_error(url):
+    with pytest.raises(ConfigError):
+        create_store(url)

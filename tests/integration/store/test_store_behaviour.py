@@ -1,0 +1,177 @@
+"""What every store backend promises, run against each of them (memory, SQLite)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sidecar.domain.model import EffectState, RecordedResponse
+from sidecar.errors import EffectExists, LeaseHeld, NotFound, StaleGeneration
+from tests.conftest import StoreFactory
+
+
+async def test_walkthrough_of_task_312(store, clock):
+    a = await store.claim("312", "worker-a", 2)
+    await store.append_checkpoint("312", a.attempt_id, a.generation, "READ_COMPLETE", {})
+    with pytest.raises(LeaseHeld):
+        await store.claim("312", "worker-b", 2)
+    clock.advance(2)
+    b = await store.claim("312", "worker-b", 2)
+    assert b.generation == a.generation + 1
+    assert b.last_checkpoint is not None
+    assert b.last_checkpoint.stage == "READ_COMPLETE"
+    with pytest.raises(StaleGeneration):
+        await store.append_checkpoint("312", a.attempt_id, a.generation, "PATCH_GENERATED", {})
+    written = await store.append_checkpoint("312", b.attempt_id, b.generation, "PATCH_APPLIED", {})
+    assert written.seq == 2
+    view = await store.task_view("312")
+    assert [x.attempt_id for x in view.attempts] == [a.attempt_id, b.attempt_id]
+    assert [c.stage for c in await store.checkpoints("312")] == ["READ_COMPLETE", "PATCH_APPLIED"]
+
+
+async def test_refused_writes_are_kept_as_evidence(store, clock):
+    a = await store.claim("312", "a", 1)
+    clock.advance(1)
+    b = await store.claim("312", "b", 1)
+    for write in (
+        store.append_checkpoint("312", a.attempt_id, a.generation, "X", {}),
+        store.heartbeat("312", a.attempt_id, a.generation),
+        store.release("312", a.attempt_id, a.generation),
+    ):
+        with pytest.raises(StaleGeneration):
+            await write
+    refused = await store.refusals("312")
+    assert [r.operation for r in refused] == ["checkpoint", "heartbeat", "release"]
+    assert {(r.generation, r.current_generation) for r in refused} == {(1, b.generation)}
+    assert await store.checkpoints("312") == []
+
+
+async def test_unknown_tasks_are_not_found(store):
+    assert await store.task_view("nope") is None
+    with pytest.raises(NotFound):
+        await store.heartbeat("nope", "att-x", 1)
+
+
+async def test_concurrent_claims_grant_exactly_one(store):
+    results = await asyncio.gather(
+        *(store.claim("312", f"w{i}", 30) for i in range(40)), return_exceptions=True
+    )
+    granted = [r for r in results if not isinstance(r, BaseException)]
+    assert len(granted) == 1
+    assert all(isinstance(r, LeaseHeld) for r in results if r is not granted[0])
+    assert granted[0].generation == 1
+
+
+async def test_concurrent_checkpoints_get_distinct_consecutive_numbers(store):
+    a = await store.claim("312", "a", 30)
+    written = await asyncio.gather(
+        *(
+            store.append_checkpoint("312", a.attempt_id, a.generation, f"S{i}", {"i": i})
+            for i in range(100)
+        )
+    )
+    assert sorted(c.seq for c in written) == list(range(1, 101))
+
+
+async def test_a_takeover_in_the_same_batch_fences_the_writes_queued_after_it(store, clock):
+    a = await store.claim("312", "a", 30)
+    before, takeover, after = await asyncio.gather(
+        store.append_checkpoint("312", a.attempt_id, a.generation, "BEFORE", {}),
+        store.claim("312", "a", 30),  # same worker restarted: supersedes attempt a
+        store.append_checkpoint("312", a.attempt_id, a.generation, "AFTER", {}),
+        return_exceptions=True,
+    )
+    assert before.seq == 1
+    assert takeover.previous_attempt_id == a.attempt_id
+    assert isinstance(after, StaleGeneration)
+
+
+async def test_effect_lifecycle_with_audit_trail(store, clock):
+    a = await store.claim("312", "a", 30)
+    kwargs = dict(
+        kind="http",
+        rule="github.pulls.create",
+        fingerprint="sha256:1",
+        idempotency_key=f"{a.attempt_id}:0011",
+        request={"method": "POST", "url": "https://api.github.com/repos/o/r/pulls"},
+    )
+    pending = await store.record_pending("312", "pr#1", a.attempt_id, a.generation, **kwargs)
+    assert pending.state is EffectState.PENDING
+    with pytest.raises(EffectExists) as exists:
+        await store.record_pending("312", "pr#1", a.attempt_id, a.generation, **kwargs)
+    assert exists.value.existing.idempotency_key == f"{a.attempt_id}:0011"
+    answer = RecordedResponse(201, (("content-type", "application/json"),), b'{"number": 1}')
+    done = await store.transition_effect(
+        "312", "pr#1", a.attempt_id, a.generation, EffectState.COMPLETED, response=answer
+    )
+    assert done.response == answer
+    await store.note_effect("312", "pr#1", a.attempt_id, a.generation, "replayed")
+    events = await store.effect_events("312")
+    assert [e.event for e in events] == ["pending", "completed", "replayed"]
+    assert (await store.effect("312", "pr#1")).response.body == b'{"number": 1}'
+    assert (await store.task_view("312")).effect_counts == {"completed": 1}
+
+
+async def test_a_new_attempt_retries_an_unknown_effect_with_the_first_key(store, clock):
+    a = await store.claim("312", "a", 5)
+    await store.record_pending(
+        "312",
+        "push",
+        a.attempt_id,
+        1,
+        kind="git",
+        rule="git.push",
+        fingerprint="f",
+        idempotency_key="k-1",
+        request={},
+    )
+    await store.transition_effect("312", "push", a.attempt_id, 1, EffectState.UNKNOWN)
+    clock.advance(5)
+    b = await store.claim("312", "b", 5)
+    retried = await store.transition_effect(
+        "312", "push", b.attempt_id, b.generation, EffectState.PENDING
+    )
+    assert retried.idempotency_key == "k-1"
+    assert retried.origin_attempt_id == a.attempt_id
+    assert retried.attempt_id == b.attempt_id
+
+
+async def test_everything_acknowledged_survives_a_reopen(open_store: StoreFactory, clock):
+    first = await open_store()
+    a = await first.claim("312", "a", 30)
+    await first.append_checkpoint("312", a.attempt_id, 1, "READ_COMPLETE", {"files": 12})
+    await first.record_pending(
+        "312",
+        "k",
+        a.attempt_id,
+        1,
+        kind="http",
+        rule="r",
+        fingerprint="f",
+        idempotency_key=None,
+        request={"m": "POST"},
+    )
+    await first.close()
+    again = await open_store()
+    view = await again.task_view("312")
+    assert view.state.lease.attempt_id == a.attempt_id
+    assert [(c.stage, c.outputs) for c in await again.checkpoints("312")] == [
+        ("READ_COMPLETE", {"files": 12})
+    ]
+    assert (await again.effect("312", "k")).state is EffectState.PENDING
+
+
+async def test_list_tasks_summarises_every_task(store):
+    for task in ("1", "2"):
+        c = await store.claim(task, "a", 30)
+        await store.append_checkpoint(task, c.attempt_id, c.generation, f"DONE-{task}", {})
+    listed = await store.list_tasks()
+    assert [(v.state.task, v.last_checkpoint.stage) for v in listed] == [
+        ("1", "DONE-1"),
+        ("2", "DONE-2"),
+    ]
+
+
+async def test_the_store_proves_itself_writable(store):
+    await store.check_writable()

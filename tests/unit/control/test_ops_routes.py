@@ -1,0 +1,105 @@
+"""Health, readiness, metrics, the OpenAPI document, auth and unknown routes."""
+
+from __future__ import annotations
+
+from sidecar.errors import StoreUnavailable
+from sidecar.store.memory import MemoryStore
+from tests.unit.control.conftest import claim
+from tests.unit.control.test_tasks_routes import problem_of
+
+
+class UnwritableStore(MemoryStore):
+    """A store whose disk is gone: every write and the write probe fail."""
+
+    async def _run(self, command):
+        raise StoreUnavailable("disk gone")
+
+    async def check_writable(self) -> None:
+        raise StoreUnavailable("disk gone")
+
+
+async def test_healthz_and_readyz_answer_when_the_store_is_writable(client):
+    assert (await (await client.get("/healthz")).json()) == {"status": "ok"}
+    ready = await client.get("/readyz")
+    assert ready.status == 200
+    assert (await ready.json())["store"]["backend"] == "memory"
+
+
+async def test_readyz_and_writes_fail_closed_when_the_store_is_unwritable(make_client):
+    client = await make_client(store=UnwritableStore())
+    await problem_of(await client.get("/readyz"), 503, "store_unavailable")
+    response = await client.post("/v1/tasks/312/claim", json={"worker": "a", "ttl_s": 2})
+    await problem_of(response, 503, "store_unavailable")
+    assert (await client.get("/healthz")).status == 200, "alive even when not ready"
+
+
+async def test_metrics_count_claims_conflicts_stale_writes_and_checkpoint_latency(client, clock):
+    first = await claim(client)
+    await client.post("/v1/tasks/312/claim", json={"worker": "worker-b", "ttl_s": 2})
+    await client.post(
+        "/v1/tasks/312/checkpoints",
+        json={"attempt_id": first["attempt_id"], "generation": 1, "stage": "A"},
+    )
+    clock.advance(2)
+    await claim(client, worker="worker-b")
+    await client.post(
+        "/v1/tasks/312/checkpoints",
+        json={"attempt_id": first["attempt_id"], "generation": 1, "stage": "B"},
+    )
+    response = await client.get("/metrics")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = await response.text()
+    assert 'sidecar_claims_total{outcome="granted"} 2.0' in text
+    assert 'sidecar_claims_total{outcome="lease_held"} 1.0' in text
+    assert "sidecar_lease_conflicts_total 1.0" in text
+    assert 'sidecar_stale_writes_refused_total{operation="checkpoint"} 1.0' in text
+    assert "sidecar_checkpoint_write_seconds_count 1.0" in text
+    assert 'sidecar_checkpoint_write_seconds_bucket{le="0.001"}' in text
+
+
+async def test_openapi_describes_every_route_and_body(client):
+    doc = await (await client.get("/openapi.json")).json()
+    assert doc["openapi"].startswith("3.1")
+    routes = {
+        (method, route.resource.canonical)
+        for route in client.app.router.routes()
+        if (method := route.method.lower()) != "head"
+    }
+    documented = {(m, p) for p, ops in doc["paths"].items() for m in ops}
+    assert routes == documented
+    schemas = doc["components"]["schemas"]
+    claim_op = doc["paths"]["/v1/tasks/{task}/claim"]["post"]
+    ref = claim_op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    claim_schema = schemas[ref.rsplit("/", 1)[1]]
+    assert claim_schema["additionalProperties"] is False
+    assert set(claim_schema["required"]) == {"worker", "ttl_s"}
+    assert "409" in claim_op["responses"]
+    assert "422" in claim_op["responses"]
+    checkpoint_op = doc["paths"]["/v1/tasks/{task}/checkpoints"]["post"]
+    assert "201" in checkpoint_op["responses"]
+
+
+async def test_a_configured_token_is_required_except_for_probes(make_client):
+    client = await make_client(token="s3cret")
+    response = await client.post("/v1/tasks/312/claim", json={"worker": "a", "ttl_s": 2})
+    await problem_of(response, 401, "unauthorized")
+    assert response.headers["WWW-Authenticate"] == "Bearer"
+    wrong = await client.get("/v1/tasks/312", headers={"Authorization": "Bearer nope"})
+    await problem_of(wrong, 401, "unauthorized")
+    await problem_of(await client.get("/metrics"), 401, "unauthorized")
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/readyz")).status == 200
+    granted = await client.post(
+        "/v1/tasks/312/claim",
+        json={"worker": "a", "ttl_s": 2},
+        headers={"Authorization": "Bearer s3cret"},
+    )
+    assert granted.status == 200
+
+
+async def test_unknown_routes_and_methods_are_problems(client):
+    await problem_of(await client.get("/v1/nope"), 404, "not_found")
+    response = await client.delete("/v1/tasks/312")
+    await problem_of(response, 405, "method_not_allowed")
+    assert "GET" in response.headers["Allow"]
