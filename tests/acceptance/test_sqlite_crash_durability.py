@@ -12,6 +12,7 @@ import os
 import random
 import sqlite3
 import time
+from contextlib import closing
 
 import pytest
 
@@ -23,7 +24,7 @@ ROUNDS = 24
 
 
 def _stored(path) -> tuple[str, list[tuple[int, str]]]:
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db:
         (integrity,) = db.execute("PRAGMA integrity_check").fetchone()
         rows = db.execute(
             "SELECT seq, stage FROM checkpoints WHERE task = 'crash' ORDER BY seq"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from sidecar.store.sqlite_writer import statements
 
 
 def _schema_of(path: Path) -> list[tuple[str, str, str]]:
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db:
         rows = db.execute(
             "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
             "ORDER BY type, name"
@@ -25,9 +26,9 @@ def _schema_of(path: Path) -> list[tuple[str, str, str]]:
 
 def test_schema_sql_and_the_migrations_build_the_same_database(tmp_path):
     fresh, migrated = tmp_path / "fresh.db", tmp_path / "migrated.db"
-    with sqlite3.connect(fresh) as db:
+    with closing(sqlite3.connect(fresh)) as db:
         db.executescript(sqlfiles.read("sqlite", "schema.sql"))
-    with sqlite3.connect(migrated) as db:
+    with closing(sqlite3.connect(migrated)) as db:
         for migration in sqlfiles.migrations("sqlite"):
             db.executescript(migration.sql)
     assert _schema_of(fresh) == _schema_of(migrated)
@@ -39,14 +40,14 @@ async def test_a_new_store_is_stamped_with_the_latest_version(tmp_path):
         info = await store.info()
     latest = sqlfiles.migrations("sqlite")[-1].version
     assert info.schema_version == latest
-    with sqlite3.connect(tmp_path / "e.db") as db:
+    with closing(sqlite3.connect(tmp_path / "e.db")) as db:
         assert db.execute("PRAGMA user_version").fetchone() == (latest,)
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 async def test_a_store_from_a_newer_sidecar_is_refused(tmp_path):
     path = tmp_path / "e.db"
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db:
         db.execute("PRAGMA user_version=999")
     with pytest.raises(ConfigError, match="newer"):
         await create_store(f"sqlite:///{path}").open()
