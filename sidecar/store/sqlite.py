@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import sqlite3
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -104,7 +105,10 @@ class SQLiteStore(Store):
         # One thread, so the writer connection is only ever used from the thread that made it.
         self._writer_thread: ThreadPoolExecutor | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
+        # Jobs waiting for the next batch; the event wakes the writer when the first arrives.
+        self._waiting: deque[_Job] = deque()
+        self._work_arrived = asyncio.Event()
+        self._stopping = False
         self._writer_task: asyncio.Task[None] | None = None
         self._schema_version = 0
 
@@ -147,7 +151,8 @@ class SQLiteStore(Store):
     async def close(self) -> None:
         """Commit what is queued, then close both connections."""
         if self._writer_task is not None:
-            self._queue.put_nowait(None)
+            self._stopping = True
+            self._work_arrived.set()
             await self._writer_task
             self._writer_task = None
         if self._reader is not None:
@@ -181,29 +186,23 @@ class SQLiteStore(Store):
         await self._submit(Probe())
 
     async def _submit(self, work: Work) -> Any:
-        if self._writer_task is None or self._writer_task.done():
+        if self._writer_task is None or self._stopping:
             raise StoreUnavailable("the SQLite store is not open")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((work, future))
+        self._waiting.append((work, future))
+        self._work_arrived.set()
         return await future
 
     async def _write_loop(self) -> None:
-        stopping = False
-        while not stopping:
-            first = await self._queue.get()
-            jobs: list[_Job] = []
-            if first is None:
-                stopping = True
-            else:
-                jobs.append(first)
-            while len(jobs) < MAX_BATCH and not self._queue.empty():
-                job = self._queue.get_nowait()
-                if job is None:
-                    stopping = True
-                    continue
-                jobs.append(job)
-            if jobs:
-                await self._run_batch(jobs)
+        # Everything that queued up while the previous batch was committing forms the next
+        # batch: the busier the store, the bigger the batch, with no timer to wait on.
+        while self._waiting or not self._stopping:
+            if not self._waiting:
+                self._work_arrived.clear()
+                await self._work_arrived.wait()
+                continue
+            jobs = [self._waiting.popleft() for _ in range(min(MAX_BATCH, len(self._waiting)))]
+            await self._run_batch(jobs)
 
     async def _run_batch(self, jobs: list[_Job]) -> None:
         ctx = Context(self._clock.now(), self._new_attempt_id)
