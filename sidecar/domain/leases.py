@@ -23,11 +23,19 @@ from sidecar.errors import InvalidRequest, LeaseHeld, NotFound, StaleGeneration
 
 
 @dataclass(frozen=True, slots=True)
+class EndedAttempt:
+    """The attempt a claim ended: how, and until when its lease let it act."""
+
+    attempt_id: str
+    reason: AttemptEnd
+    lease_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimOutcome:
     state: TaskState
     attempt: Attempt
-    ended_attempt_id: str | None
-    end_reason: AttemptEnd | None
+    ended: EndedAttempt | None
 
 
 def _lease_until(now: datetime, ttl_s: float) -> datetime:
@@ -47,14 +55,13 @@ def claim(
     """Grant ``worker`` a new attempt on ``task`` or raise :class:`LeaseHeld`."""
     expires_at = _lease_until(now, ttl_s)
     previous = state.lease if state else None
-    ended: str | None = None
-    reason: AttemptEnd | None = None
+    ended: EndedAttempt | None = None
     if previous is not None:
         if previous.is_live(now) and previous.worker != worker:
             raise LeaseHeld(task, previous.worker, previous.attempt_id, previous.expires_at)
         if previous.released_at is None:
-            ended = previous.attempt_id
             reason = AttemptEnd.SUPERSEDED if previous.is_live(now) else AttemptEnd.EXPIRED
+            ended = EndedAttempt(previous.attempt_id, reason, previous.expires_at)
     generation = (state.generation if state else 0) + 1
     lease = Lease(
         attempt_id=attempt_id,
@@ -75,7 +82,7 @@ def claim(
     attempt = Attempt(
         attempt_id=attempt_id, task=task, generation=generation, worker=worker, claimed_at=now
     )
-    return ClaimOutcome(new_state, attempt, ended, reason)
+    return ClaimOutcome(new_state, attempt, ended)
 
 
 def fence(

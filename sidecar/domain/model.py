@@ -63,6 +63,9 @@ class Attempt:
     claimed_at: datetime
     ended_at: datetime | None = None
     end_reason: AttemptEnd | None = None
+    #: for an ended attempt, the last moment its lease allowed it to act; no request of
+    #: this attempt can be forwarded after it (self-fencing), which bounds settle time.
+    lease_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from sidecar.domain.model import (
     JSON,
+    Attempt,
     Checkpoint,
     Claim,
     Effect,
@@ -110,6 +111,9 @@ class Store(ABC):
     @abstractmethod
     async def list_tasks(self) -> list[TaskView]:
         """Every task with its lease, last checkpoint and effect counts (no attempts)."""
+
+    @abstractmethod
+    async def attempt(self, attempt_id: str) -> Attempt | None: ...
 
     @abstractmethod
     async def checkpoints(self, task: str) -> list[Checkpoint]: ...

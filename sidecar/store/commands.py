@@ -42,7 +42,9 @@ class WorkingSet(Protocol):
     def task(self, task: str) -> TaskState | None: ...
     def put_task(self, state: TaskState) -> None: ...
     def add_attempt(self, attempt: Attempt) -> None: ...
-    def end_attempt(self, attempt_id: str, at: datetime, reason: AttemptEnd) -> None: ...
+    def end_attempt(
+        self, attempt_id: str, at: datetime, reason: AttemptEnd, lease_until: datetime
+    ) -> None: ...
     def last_checkpoint(self, task: str) -> Checkpoint | None: ...
     def add_checkpoint(self, checkpoint: Checkpoint) -> None: ...
     def effect(self, task: str, key: str) -> Effect | None: ...
@@ -117,8 +119,9 @@ class ClaimTask(Command[Claim]):
             ws.task(self.task), self.task, self.worker, self.ttl_s, ctx.now, ctx.new_attempt_id()
         )
         ws.put_task(outcome.state)
-        if outcome.ended_attempt_id is not None and outcome.end_reason is not None:
-            ws.end_attempt(outcome.ended_attempt_id, ctx.now, outcome.end_reason)
+        ended = outcome.ended
+        if ended is not None:
+            ws.end_attempt(ended.attempt_id, ctx.now, ended.reason, ended.lease_until)
         ws.add_attempt(outcome.attempt)
         lease = outcome.state.lease
         assert lease is not None
@@ -129,7 +132,7 @@ class ClaimTask(Command[Claim]):
             worker=lease.worker,
             lease_expires_at=lease.expires_at,
             last_checkpoint=ws.last_checkpoint(self.task),
-            previous_attempt_id=outcome.ended_attempt_id,
+            previous_attempt_id=ended.attempt_id if ended else None,
         )
 
 
@@ -162,7 +165,8 @@ class Release(FencedCommand[TaskState]):
         )
         if changed:
             ws.put_task(state)
-            ws.end_attempt(self.attempt_id, ctx.now, AttemptEnd.RELEASED)
+            # A released attempt stops acting at release, whatever its lease said.
+            ws.end_attempt(self.attempt_id, ctx.now, AttemptEnd.RELEASED, ctx.now)
         return state
 
 

@@ -46,10 +46,14 @@ class _State:
     def add_attempt(self, attempt: Attempt) -> None:
         self.attempts[attempt.attempt_id] = attempt
 
-    def end_attempt(self, attempt_id: str, at: datetime, reason: AttemptEnd) -> None:
+    def end_attempt(
+        self, attempt_id: str, at: datetime, reason: AttemptEnd, lease_until: datetime
+    ) -> None:
         attempt = self.attempts[attempt_id]
         if attempt.ended_at is None:
-            self.attempts[attempt_id] = replace(attempt, ended_at=at, end_reason=reason)
+            self.attempts[attempt_id] = replace(
+                attempt, ended_at=at, end_reason=reason, lease_until=lease_until
+            )
 
     def last_checkpoint(self, task: str) -> Checkpoint | None:
         history = self.checkpoints.get(task)
@@ -128,6 +132,9 @@ class MemoryStore(Store):
 
     def _effect_counts(self, task: str) -> dict[str, int]:
         return dict(Counter(e.state.value for e in self._state.effects.values() if e.task == task))
+
+    async def attempt(self, attempt_id: str) -> Attempt | None:
+        return self._state.attempts.get(attempt_id)
 
     async def checkpoints(self, task: str) -> list[Checkpoint]:
         return list(self._state.checkpoints.get(task, []))

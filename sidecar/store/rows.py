@@ -94,7 +94,7 @@ def lease_params(task: str, lease: Lease) -> tuple[Any, ...]:
 
 
 def attempt(row: Row) -> Attempt:
-    attempt_id, task, generation, worker, claimed, ended, reason = row
+    attempt_id, task, generation, worker, claimed, ended, reason, until = row
     return Attempt(
         attempt_id,
         task,
@@ -103,6 +103,7 @@ def attempt(row: Row) -> Attempt:
         from_us(claimed),
         _opt_time(ended),
         None if reason is None else AttemptEnd(reason),
+        _opt_time(until),
     )
 
 

@@ -29,6 +29,7 @@ from sidecar.aio import spawn
 from sidecar.clock import Clock, SystemClock
 from sidecar.domain.ids import new_attempt_id
 from sidecar.domain.model import (
+    Attempt,
     Checkpoint,
     Effect,
     EffectEvent,
@@ -268,6 +269,10 @@ class SQLiteStore(Store):
             )
             for r in states
         ]
+
+    async def attempt(self, attempt_id: str) -> Attempt | None:
+        found = await self._fetch("attempt", (attempt_id,))
+        return rows.attempt(found[0]) if found else None
 
     async def checkpoints(self, task: str) -> list[Checkpoint]:
         return [rows.checkpoint(r) for r in await self._fetch("task_checkpoints", (task,))]

@@ -52,7 +52,7 @@ class Batch:
     effects: dict[tuple[str, str], Effect | None]
     dirty_tasks: dict[str, TaskState] = field(default_factory=dict)
     new_attempts: list[Attempt] = field(default_factory=list)
-    ended_attempts: list[tuple[str, datetime, AttemptEnd]] = field(default_factory=list)
+    ended_attempts: list[tuple[str, datetime, AttemptEnd, datetime]] = field(default_factory=list)
     new_checkpoints: list[Checkpoint] = field(default_factory=list)
     dirty_effects: dict[tuple[str, str], Effect] = field(default_factory=dict)
     new_events: list[EffectEvent] = field(default_factory=list)
@@ -68,8 +68,10 @@ class Batch:
     def add_attempt(self, attempt: Attempt) -> None:
         self.new_attempts.append(attempt)
 
-    def end_attempt(self, attempt_id: str, at: datetime, reason: AttemptEnd) -> None:
-        self.ended_attempts.append((attempt_id, at, reason))
+    def end_attempt(
+        self, attempt_id: str, at: datetime, reason: AttemptEnd, lease_until: datetime
+    ) -> None:
+        self.ended_attempts.append((attempt_id, at, reason, lease_until))
 
     def last_checkpoint(self, task: str) -> Checkpoint | None:
         return self.last_checkpoints.get(task)
@@ -191,7 +193,10 @@ def _flush(db: sqlite3.Connection, batch: Batch) -> None:
         ("insert_attempt", [rows.attempt_params(a) for a in batch.new_attempts]),
         (
             "end_attempt",
-            [(rows.to_us(at), reason.value, aid) for aid, at, reason in batch.ended_attempts],
+            [
+                (rows.to_us(at), reason.value, rows.to_us(until), aid)
+                for aid, at, reason, until in batch.ended_attempts
+            ],
         ),
         (
             "upsert_lease",

@@ -175,3 +175,17 @@ async def test_list_tasks_summarises_every_task(store):
 
 async def test_the_store_proves_itself_writable(store):
     await store.check_writable()
+
+
+async def test_an_ended_attempt_remembers_until_when_its_lease_let_it_act(store, clock):
+    a = await store.claim("312", "a", 10)
+    expires = a.lease_expires_at
+    clock.advance(30)
+    b = await store.claim("312", "b", 10)
+    old = await store.attempt(a.attempt_id)
+    assert (old.end_reason.value, old.lease_until) == ("expired", expires)
+    clock.advance(1)
+    await store.release("312", b.attempt_id, b.generation)
+    released = await store.attempt(b.attempt_id)
+    assert (released.end_reason.value, released.lease_until) == ("released", clock.now())
+    assert (await store.attempt("att-nope")) is None

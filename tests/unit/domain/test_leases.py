@@ -27,7 +27,7 @@ def test_first_claim_starts_generation_one_with_a_lease_until_now_plus_ttl(clock
     assert outcome.attempt.attempt_id == "att-1"
     assert outcome.state.lease is not None
     assert outcome.state.lease.expires_at == clock.now() + timedelta(seconds=10)
-    assert outcome.ended_attempt_id is None
+    assert outcome.ended is None
 
 
 def test_claim_is_refused_while_another_workers_lease_is_live(clock):
@@ -44,16 +44,16 @@ def test_claim_after_expiry_takes_over_with_the_next_generation(clock):
     clock.advance(10)
     outcome = leases.claim(state, "312", "b", 10, clock.now(), "att-2")
     assert outcome.state.generation == 2
-    assert outcome.ended_attempt_id == "att-1"
-    assert outcome.end_reason is AttemptEnd.EXPIRED
+    assert outcome.ended == leases.EndedAttempt("att-1", AttemptEnd.EXPIRED, state.lease.expires_at)
 
 
 def test_same_worker_reclaiming_a_live_lease_supersedes_its_previous_attempt(clock):
     state = claimed(clock)
     outcome = leases.claim(state, "312", "a", 10, clock.now(), "att-2")
     assert outcome.state.generation == 2
-    assert outcome.ended_attempt_id == "att-1"
-    assert outcome.end_reason is AttemptEnd.SUPERSEDED
+    assert outcome.ended is not None
+    assert outcome.ended.attempt_id == "att-1"
+    assert outcome.ended.reason is AttemptEnd.SUPERSEDED
     with pytest.raises(StaleGeneration):
         leases.fence(outcome.state, "312", "att-1", 1)
 
@@ -63,7 +63,7 @@ def test_claim_after_release_needs_no_waiting(clock):
     released, _ = leases.release(state, "312", "att-1", 1, clock.now())
     outcome = leases.claim(released, "312", "b", 10, clock.now(), "att-2")
     assert outcome.state.generation == 2
-    assert outcome.ended_attempt_id is None  # the released attempt had already ended
+    assert outcome.ended is None  # the released attempt had already ended
 
 
 @pytest.mark.parametrize("ttl", [0, -1, float("nan")])

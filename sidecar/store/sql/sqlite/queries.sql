@@ -49,7 +49,7 @@ INSERT INTO attempts (attempt_id, task, generation, worker, claimed_at)
 VALUES (?, ?, ?, ?, ?);
 
 -- name: end_attempt
-UPDATE attempts SET ended_at = ?, end_reason = ?
+UPDATE attempts SET ended_at = ?, end_reason = ?, lease_until = ?
 WHERE attempt_id = ? AND ended_at IS NULL;
 
 -- name: insert_checkpoint
@@ -105,8 +105,12 @@ SELECT task, state, count(*) FROM effects GROUP BY task, state;
 SELECT task, state, count(*) FROM effects WHERE task = ? GROUP BY task, state;
 
 -- name: task_attempts
-SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason
+SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until
 FROM attempts WHERE task = ? ORDER BY generation;
+
+-- name: attempt
+SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until
+FROM attempts WHERE attempt_id = ?;
 
 -- name: task_checkpoints
 SELECT task, seq, stage, attempt_id, generation, outputs, created_at

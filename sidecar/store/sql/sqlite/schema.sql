@@ -19,6 +19,7 @@ CREATE TABLE attempts (
     claimed_at  INTEGER NOT NULL,
     ended_at    INTEGER,
     end_reason  TEXT CHECK (end_reason IN ('released', 'superseded', 'expired')),
+    lease_until INTEGER,  -- once ended: the last moment its lease let it act (0002)
     UNIQUE (task, generation)
 ) STRICT;
 
