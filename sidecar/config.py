@@ -7,6 +7,7 @@ Every ``sidecar serve`` flag has a field here of the same name (``--control-list
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sidecar.errors import ConfigError
 
 DEFAULT_CONTROL_LISTEN = "127.0.0.1:7300"
+DEFAULT_PROXY_LISTEN = "127.0.0.1:7301"
 
 
 def default_data_dir() -> Path:
@@ -43,8 +45,31 @@ class Settings(BaseModel):
     control_token_file: Path | None = None
     control_token: SecretStr | None = None
     log_level: str = "info"
+    proxy_listen: str = DEFAULT_PROXY_LISTEN
+    mode: str = Field(default="regular", description="regular | transparent | reverse:URL")
+    rules: list[Path] = Field(
+        default_factory=list, description="Rule files or folders; default: the shipped packs."
+    )
+    route: list[str] = Field(default_factory=list, description="HOST=URL, repeatable.")
+    upstream_ca: Path | None = Field(
+        default=None, description="Extra CA (PEM) trusted for upstream TLS, e.g. a test server."
+    )
+    task: str | None = Field(default=None, description="Task this sidecar works on itself.")
+    worker: str = Field(default_factory=socket.gethostname)
+    lease_ttl_s: float = Field(default=60.0, gt=0, le=86_400)
+    self_fence_margin_s: float = Field(default=2.0, ge=0)
+    store_retry_s: float = Field(default=2.0, ge=0)
 
-    @field_validator("control_listen")
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, value: str) -> str:
+        if value in {"regular", "transparent"} or value.startswith(
+            ("reverse:http://", "reverse:https://")
+        ):
+            return value
+        raise ValueError("one of regular, transparent, reverse:http(s)://HOST[:PORT]")
+
+    @field_validator("control_listen", "proxy_listen")
     @classmethod
     def _listen(cls, value: str) -> str:
         try:
@@ -88,6 +113,16 @@ class _EnvLayer(BaseSettings):
     control_token_file: str | None = None
     control_token: str | None = None
     log_level: str | None = None
+    proxy_listen: str | None = None
+    mode: str | None = None
+    rules: list[str] | None = None
+    route: list[str] | None = None
+    upstream_ca: str | None = None
+    task: str | None = None
+    worker: str | None = None
+    lease_ttl_s: float | None = None
+    self_fence_margin_s: float | None = None
+    store_retry_s: float | None = None
 
 
 def _file_layer(path: Path) -> dict[str, Any]:

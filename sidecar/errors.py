@@ -8,14 +8,23 @@ translated into :class:`StoreUnavailable` at the store boundary and nowhere else
     SidecarError
     ├── ConfigError            bad flags, env, config or rule files (never at run time)
     ├── InvalidRequest         a body or parameter that does not validate
+    │   ├── PayloadTooLarge    a matched effect's body over its rule's max_body_bytes (413)
+    │   └── PayloadMismatch    a replay whose payload differs, under on_divergence: reject (422)
     ├── NotFound               no such task / effect
     ├── Unauthorized           missing or wrong control-API bearer token
+    ├── TaskUnbound            a matched effect with no task to record it under (428)
     ├── Conflict
     │   ├── LeaseHeld          another worker's lease on the task is live
     │   ├── StaleGeneration    a write whose (attempt, generation) is not the task's current one
     │   ├── EffectExists       a second ``pending`` for a key the task already logged
+    │   ├── EffectUnknown      an effect's outcome cannot be determined (needs a human)
     │   └── InvalidTransition  an effect state change the state machine forbids
-    └── StoreUnavailable       the store cannot durably record right now (fail closed)
+    ├── Unavailable            try again later (503)
+    │   ├── StoreUnavailable   the store cannot durably record right now (fail closed)
+    │   ├── LeaseExpiring      this sidecar's lease is about to expire un-renewed (self-fencing)
+    │   ├── EffectSettling     an older attempt may still land the effect; wait before probing
+    │   └── ProbeFailed        the evidence check could not be made
+    └── UpstreamFailed         the upstream answered 5xx, timed out or reset: outcome unknown
 """
 
 from __future__ import annotations
@@ -176,9 +185,103 @@ class InvalidTransition(Conflict):
     title = "Invalid effect transition"
 
 
-class StoreUnavailable(SidecarError):
+class PayloadTooLarge(InvalidRequest):
+    """The request body is larger than its rule allows for a recorded effect."""
+
+    code = "payload_too_large"
+    title = "Payload too large"
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail)
+        self.http_status = 413
+
+
+class PayloadMismatch(InvalidRequest):
+    """This effect was already performed with a different payload."""
+
+    code = "payload_mismatch"
+    title = "Payload differs from the recorded effect"
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail)
+        self.http_status = 422
+
+
+class TaskUnbound(SidecarError):
+    """No task is bound to this request, so its side effect cannot be recorded."""
+
+    code = "task_unbound"
+    status = 428
+    title = "No task bound"
+
+
+class EffectUnknown(Conflict):
+    """The effect's outcome is unknown and cannot be checked: a human must decide."""
+
+    code = "effect_unknown"
+    title = "Effect outcome unknown (CANNOT DETERMINE)"
+
+    def __init__(self, task: str, key: str, detail: str) -> None:
+        self.task = task
+        self.key = key
+        super().__init__(detail)
+
+    def extensions(self) -> dict[str, Any]:
+        return {"task": self.task, "effect_key": self.key}
+
+
+class Unavailable(SidecarError):
+    """Temporarily unavailable; retry later."""
+
+    code = "unavailable"
+    status = 503
+    title = "Unavailable"
+
+    def __init__(self, detail: str | None = None, *, retry_after_s: float | None = None) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+    def extensions(self) -> dict[str, Any]:
+        return {} if self.retry_after_s is None else {"retry_after_s": self.retry_after_s}
+
+
+class StoreUnavailable(Unavailable):
     """The store cannot durably record right now; nothing was forwarded or acknowledged."""
 
     code = "store_unavailable"
-    status = 503
     title = "Store unavailable"
+
+
+class LeaseExpiring(Unavailable):
+    """This attempt's lease is about to expire and was not renewed: writes are held back."""
+
+    code = "lease_expiring"
+    title = "Lease about to expire"
+
+
+class EffectSettling(Unavailable):
+    """An earlier attempt could still land this effect; it is checked once that is over."""
+
+    code = "effect_settling"
+    title = "Effect settling"
+
+
+class ProbeFailed(Unavailable):
+    """The evidence check for an effect of unknown outcome could not be made."""
+
+    code = "probe_failed"
+    title = "Probe failed"
+
+
+class UpstreamFailed(SidecarError):
+    """The upstream did not answer definitively; the effect's outcome is unknown."""
+
+    code = "upstream_failed"
+    status = 502
+    title = "Upstream failed"
+
+    def __init__(self, detail: str, *, timeout: bool = False) -> None:
+        super().__init__(detail)
+        self.timeout = timeout
+        if timeout:
+            self.http_status = 504

@@ -60,6 +60,18 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.effects = Counter(
+            "sidecar_effects",
+            "Matched requests by rule and what the sidecar did "
+            "(recorded, replayed, probed, refused).",
+            ["rule", "disposition"],
+            registry=self.registry,
+        )
+        self.passthrough = Counter(
+            "sidecar_passthrough_requests",
+            "Requests relayed untouched (no rule, or a read/idempotent rule).",
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,30 +1,49 @@
-"""``sidecar serve``: open the store, start the control API, run until signalled.
+"""``sidecar serve``: assemble the sidecar and run it until signalled.
 
-Start-up order matters: the store is open (and migrated) before anything listens, so no
-request is ever accepted that could not be recorded.  The chosen addresses are printed
-on one line (``effect-sidecar ready control=http://HOST:PORT store=URL``) so that
-scripts and tests can use ``:0`` ports.
+Start-up order is the safety argument: the rules are loaded and the store is open
+(migrated, writable) before any listener exists, the CA and trust bundle are on disk
+before the proxy accepts a connection, and the proxy's gate opens only once all of it is
+in place - so no request is ever handled that could not be recorded.  The chosen
+addresses are printed on one line, ``effect-sidecar ready control=... proxy=... ca=...
+store=...``, so that scripts and tests can use ``:0`` ports.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
-import sys
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from sidecar.aio import spawn
+from sidecar.clock import SystemClock
 from sidecar.config import Settings, parse_listen
 from sidecar.control import make_app
 from sidecar.control.auth import is_loopback
+from sidecar.control.keys import ProxyInfo
 from sidecar.errors import ConfigError
+from sidecar.leasekeeper import LeaseKeeper, StoreLeases
 from sidecar.metrics import Metrics
+from sidecar.proxy.addons import EffectAddon, ReadinessGate, Router, TaskBinder
+from sidecar.proxy.bindings import Bindings
+from sidecar.proxy.ca import ensure_authority
+from sidecar.proxy.embed import EmbeddedProxy, interception_hosts
+from sidecar.proxy.guard import EffectGuard
+from sidecar.proxy.routes import Routes
+from sidecar.proxy.upstream import Upstream
+from sidecar.rulepacks import default_rule_paths
+from sidecar.rules import RuleSet, load_rules
 from sidecar.store import Store, create_store
+from sidecar.store.base import CompositeObserver
 from sidecar.store.observed import MetricsObserver
 
 log = logging.getLogger("sidecar.server")
+
+type Stop = Callable[[], Awaitable[None]]
 
 
 @dataclass
@@ -32,55 +51,136 @@ class Running:
     """A started sidecar: what it listens on and how to stop it."""
 
     store: Store
-    runner: web.AppRunner
     control_url: str
+    proxy_url: str
+    info: ProxyInfo
+    rules: RuleSet
+    _stops: list[Stop] = field(default_factory=list)
+
+    def ready_line(self, store_url: str) -> str:
+        return (
+            f"effect-sidecar ready control={self.control_url} proxy={self.proxy_url} "
+            f"ca={self.info.ca_cert} store={store_url}"
+        )
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
-        await self.store.close()
+        # Reverse order of start: listeners first, the store last.
+        for stop in reversed(self._stops):
+            with contextlib.suppress(Exception):
+                await stop()
+        self._stops.clear()
+
+
+def _url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
 
 
 async def start(settings: Settings) -> Running:
-    host, port = parse_listen(settings.control_listen)
+    control_host, control_port = parse_listen(settings.control_listen)
+    proxy_host, proxy_port = parse_listen(settings.proxy_listen)
     token = settings.token()
-    if not is_loopback(host) and not token:
+    if not is_loopback(control_host) and not token:
         raise ConfigError(
-            f"the control API would listen on {host}, beyond loopback, without a token: "
-            "give --control-token-file FILE (or SIDECAR_CONTROL_TOKEN)"
+            f"the control API would listen on {control_host}, beyond loopback, without a "
+            "token: give --control-token-file FILE (or SIDECAR_CONTROL_TOKEN)"
         )
+    rules = load_rules(settings.rules or default_rule_paths())
+    routes = Routes.parse(settings.route)
+    clock = SystemClock()
+    metrics = Metrics()
     store = create_store(settings.store_url)
     await store.open()
-    metrics = Metrics()
-    store.observer = MetricsObserver(metrics)
-    runner = web.AppRunner(make_app(store, metrics=metrics, token=token), access_log=None)
+    stops: list[Stop] = [store.close]
     try:
+        bindings = Bindings(store, clock, margin_s=settings.self_fence_margin_s)
+        store.observer = CompositeObserver(MetricsObserver(metrics), bindings)
+        authority = ensure_authority(settings.data_dir.expanduser())
+        upstream = Upstream(routes, extra_ca=settings.upstream_ca)
+        await upstream.start()
+        stops.append(upstream.close)
+        guard = EffectGuard(
+            store, rules, bindings, upstream, clock, metrics, store_retry_s=settings.store_retry_s
+        )
+        gate = ReadinessGate()
+        proxy = EmbeddedProxy(
+            listen_host=proxy_host,
+            listen_port=proxy_port,
+            mode=settings.mode,
+            confdir=authority.confdir,
+            addons=[
+                gate,
+                TaskBinder(settings.task),
+                EffectAddon(rules, guard, bindings, metrics),
+                Router(routes),
+            ],
+            allow_hosts=interception_hosts(rules, routes),
+            upstream_ca=settings.upstream_ca,
+        )
+        bound = await proxy.start()
+        stops.append(proxy.stop)
+        proxy_url = _url(*bound[0])
+        info = ProxyInfo(
+            proxy_url=proxy_url,
+            mode=settings.mode,
+            ca_cert=str(authority.cert),
+            ca_bundle=str(authority.bundle),
+            rules=[rule.name for rule in rules],
+            routes=routes.hosts(),
+        )
+        app = make_app(store, metrics=metrics, clock=clock, token=token, proxy=info)
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
-        await store.close()
-        raise ConfigError(f"cannot listen on {settings.control_listen}: {exc}") from exc
-    bound_host, bound_port = runner.addresses[0][:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    return Running(store, runner, f"http://{shown}:{bound_port}")
+        stops.append(runner.cleanup)
+        try:
+            await web.TCPSite(runner, control_host, control_port).start()
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {settings.control_listen}: {exc}") from exc
+        control_url = _url(*runner.addresses[0][:2])
+        if settings.task:
+            keeper = LeaseKeeper(
+                StoreLeases(store), settings.task, settings.worker, settings.lease_ttl_s
+            )
+            stops.append(await _hold_lease(keeper))
+        gate.open()
+    except BaseException:
+        for stop in reversed(stops):
+            with contextlib.suppress(Exception):
+                await stop()
+        raise
+    log.info(
+        "sidecar ready",
+        extra={
+            "control": control_url,
+            "proxy": proxy_url,
+            "rules": len(rules),
+            "task": settings.task,
+        },
+    )
+    return Running(store, control_url, proxy_url, info, rules, stops)
+
+
+async def _hold_lease(keeper: LeaseKeeper) -> Stop:
+    """Claim the configured task in the background (waiting out a live lease), keep it."""
+
+    async def hold() -> None:
+        await keeper.acquire(wait_s=float("inf"))
+        await keeper.keep()
+
+    task = spawn(hold(), name=f"lease:{keeper.task}")
+
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await keeper.release()
+
+    return stop
 
 
 async def serve(settings: Settings) -> None:
     running = await start(settings)
-    info = await running.store.info()
-    print(
-        f"effect-sidecar ready control={running.control_url} store={info.url}",
-        flush=True,
-    )
-    log.info(
-        "sidecar ready",
-        extra={
-            "control": running.control_url,
-            "store": info.backend,
-            "schema": info.schema_version,
-        },
-    )
+    print(running.ready_line((await running.store.info()).url), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -90,4 +190,3 @@ async def serve(settings: Settings) -> None:
     finally:
         log.info("sidecar stopping")
         await running.stop()
-        sys.stdout.flush()

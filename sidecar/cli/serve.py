@@ -9,13 +9,13 @@ from typing import Any
 
 from sidecar import logs, server
 from sidecar.cli.options import add_store_options, settings
-from sidecar.config import DEFAULT_CONTROL_LISTEN
+from sidecar.config import DEFAULT_CONTROL_LISTEN, DEFAULT_PROXY_LISTEN
 
 
 def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
         "serve",
-        help="run the sidecar (control API and store)",
+        help="run the sidecar (proxy, control API and store)",
         description="Run the sidecar in the foreground until SIGTERM/SIGINT. Every flag can "
         "also come from the config file or a SIDECAR_<FLAG> environment variable.",
     )
@@ -31,6 +31,36 @@ def register(verbs: Any) -> None:
         metavar="FILE",
         help="bearer token required by the control API (mandatory beyond loopback)",
     )
+    parser.add_argument(
+        "--proxy-listen",
+        metavar="HOST:PORT",
+        help=f"HTTP(S) proxy address (default {DEFAULT_PROXY_LISTEN}; port 0 picks one)",
+    )
+    parser.add_argument(
+        "--mode",
+        metavar="MODE",
+        help="regular (explicit proxy, default) | transparent | reverse:URL",
+    )
+    parser.add_argument(
+        "--rules",
+        type=Path,
+        action="append",
+        metavar="PATH",
+        help="rule file or folder, repeatable (default: the shipped idempotency-key and "
+        "generic packs; llm-cache is opt-in)",
+    )
+    parser.add_argument(
+        "--route",
+        action="append",
+        metavar="HOST=URL",
+        help="send traffic for HOST to URL, e.g. api.github.com=http://127.0.0.1:9000",
+    )
+    parser.add_argument(
+        "--upstream-ca", type=Path, metavar="FILE", help="extra CA trusted for upstream TLS"
+    )
+    parser.add_argument("--task", metavar="ID", help="the task this sidecar works on itself")
+    parser.add_argument("--worker", metavar="NAME", help="worker name (default: host name)")
+    parser.add_argument("--lease-ttl-s", type=float, metavar="S", help="lease of --task")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
 
@@ -41,6 +71,14 @@ def run(args: argparse.Namespace) -> int:
         control_listen=args.control_listen,
         control_token_file=args.control_token_file,
         log_level=args.log_level,
+        proxy_listen=args.proxy_listen,
+        mode=args.mode,
+        rules=args.rules,
+        route=args.route,
+        upstream_ca=args.upstream_ca,
+        task=args.task,
+        worker=args.worker,
+        lease_ttl_s=args.lease_ttl_s,
     )
     logs.configure(chosen.log_level)
     asyncio.run(server.serve(chosen))

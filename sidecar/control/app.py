@@ -8,7 +8,7 @@ from aiohttp.typedefs import Middleware
 from sidecar.clock import Clock, SystemClock
 from sidecar.control import history, openapi, ops, tasks
 from sidecar.control.auth import bearer_middleware
-from sidecar.control.keys import CLOCK, METRICS, STORE
+from sidecar.control.keys import CLOCK, METRICS, PROXY, STORE, ProxyInfo
 from sidecar.control.problems import problem_middleware
 from sidecar.metrics import Metrics
 from sidecar.store import Store
@@ -24,6 +24,7 @@ def make_app(
     metrics: Metrics | None = None,
     clock: Clock | None = None,
     token: str | None = None,
+    proxy: ProxyInfo | None = None,
 ) -> web.Application:
     """The control app over an *open* store (its owner opens and closes it)."""
     middlewares: list[Middleware] = [problem_middleware]
@@ -33,6 +34,8 @@ def make_app(
     app[STORE] = store
     app[CLOCK] = clock or SystemClock()
     app[METRICS] = metrics or Metrics()
+    if proxy is not None:
+        app[PROXY] = proxy
     app[ops.OPENAPI] = openapi.build(e for api in APIS for e in api.endpoints)
     for api in APIS:
         app.add_routes(api.routes)

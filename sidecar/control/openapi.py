@@ -11,8 +11,8 @@ from pydantic.json_schema import models_json_schema
 
 import sidecar
 from sidecar.control.endpoints import Endpoint
-from sidecar.control.problems import PROBLEM_JSON
 from sidecar.control.schemas import TASK_PATTERN, Problem
+from sidecar.problems import PROBLEM_JSON
 
 _REF = "#/components/schemas/{model}"
 _PROBLEM_STATUS = {

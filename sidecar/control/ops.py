@@ -7,8 +7,9 @@ import json
 from aiohttp import web
 
 from sidecar.control.endpoints import Api, json_answer
-from sidecar.control.keys import METRICS, STORE
-from sidecar.control.schemas import Health, Readiness
+from sidecar.control.keys import METRICS, PROXY, STORE
+from sidecar.control.schemas import Health, ProxyOut, Readiness
+from sidecar.errors import NotFound
 
 api = Api("operations")
 OPENAPI = web.AppKey("openapi", dict)
@@ -53,6 +54,29 @@ async def metrics(request: web.Request) -> web.Response:
     response = web.Response(body=request.app[METRICS].render())
     response.headers["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
     return response
+
+
+@api.route(
+    "GET",
+    "/v1/proxy",
+    summary="The proxy's address, mode, CA and rules (what `sidecar exec` wires agents to).",
+    answer=ProxyOut,
+    problems=("not_found", "unauthorized"),
+)
+async def proxy_info(request: web.Request) -> web.Response:
+    info = request.app.get(PROXY)
+    if info is None:
+        raise NotFound("this sidecar runs no proxy")
+    return json_answer(
+        ProxyOut(
+            proxy_url=info.proxy_url,
+            mode=info.mode,
+            ca_cert=info.ca_cert,
+            ca_bundle=info.ca_bundle,
+            rules=info.rules,
+            routes=info.routes,
+        )
+    )
 
 
 @api.route("GET", "/openapi.json", summary="This document.", problems=("unauthorized",))

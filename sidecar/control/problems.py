@@ -7,7 +7,6 @@ Clients branch on the ``code`` member, which is stable (``lease_held``,
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -15,11 +14,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from sidecar.errors import SidecarError
+from sidecar.problems import PROBLEM_JSON, error_body, problem_body
 
 log = logging.getLogger("sidecar.control")
-
-PROBLEM_JSON = "application/problem+json"
-TYPE_PREFIX = "urn:effect-sidecar:problem:"
 
 # aiohttp's own HTTP errors (routing, body size) mapped to our stable codes.
 _HTTP_CODES = {
@@ -41,36 +38,14 @@ def problem(
     headers: dict[str, str] | None = None,
     **extensions: Any,
 ) -> web.Response:
-    body: dict[str, Any] = {
-        "type": TYPE_PREFIX + code,
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "code": code,
-    }
-    if instance is not None:
-        body["instance"] = instance
-    body.update(extensions)
-    return web.Response(
-        status=status,
-        text=json.dumps(body, default=str),
-        content_type=PROBLEM_JSON,
-        headers=headers,
-    )
+    body = problem_body(status, code, title, detail, instance=instance, **extensions)
+    return web.Response(status=status, body=body, content_type=PROBLEM_JSON, headers=headers)
 
 
 def from_error(error: SidecarError, instance: str | None = None) -> web.Response:
-    status = getattr(error, "http_status", error.status)
+    status, body = error_body(error, instance)
     headers = {"WWW-Authenticate": "Bearer"} if error.code == "unauthorized" else None
-    return problem(
-        status,
-        error.code,
-        error.title,
-        error.detail,
-        instance=instance,
-        headers=headers,
-        **error.extensions(),
-    )
+    return web.Response(status=status, body=body, content_type=PROBLEM_JSON, headers=headers)
 
 
 @web.middleware

@@ -333,6 +333,15 @@ class Readiness(Response):
     store: dict[str, Any]
 
 
+class ProxyOut(Response):
+    proxy_url: str = Field(description="Address for HTTP_PROXY/HTTPS_PROXY (no credentials).")
+    mode: str
+    ca_cert: str = Field(description="The interception CA certificate (PEM).")
+    ca_bundle: str = Field(description="System roots plus the CA (PEM), for SSL_CERT_FILE etc.")
+    rules: list[str]
+    routes: list[str]
+
+
 class Problem(Response):
     """RFC 9457 problem details; ``code`` is the stable machine-readable member."""
 

@@ -59,6 +59,21 @@ class WriteObserver:
         return None
 
 
+class CompositeObserver(WriteObserver):
+    """Tells several observers, in order."""
+
+    def __init__(self, *observers: WriteObserver) -> None:
+        self.observers = observers
+
+    def done(self, command: Command[Any], result: Any, seconds: float) -> None:
+        for observer in self.observers:
+            observer.done(command, result, seconds)
+
+    def refused(self, command: Command[Any], error: SidecarError, seconds: float) -> None:
+        for observer in self.observers:
+            observer.refused(command, error, seconds)
+
+
 class Store(ABC):
     """Leases, checkpoints and the effect log, behind one seam chosen by URL."""
 

@@ -20,7 +20,12 @@ async def test_start_opens_the_store_then_listens_on_a_free_port(tmp_path):
     token = tmp_path / "token"
     token.write_text("s3cret")
     settings = config.load(
-        {"control_listen": "127.0.0.1:0", "data_dir": tmp_path, "control_token_file": token}
+        {
+            "control_listen": "127.0.0.1:0",
+            "proxy_listen": "127.0.0.1:0",
+            "data_dir": tmp_path,
+            "control_token_file": token,
+        }
     )
     running = await server.start(settings)
     try:
@@ -36,11 +41,13 @@ async def test_start_opens_the_store_then_listens_on_a_free_port(tmp_path):
 
 
 async def test_a_port_in_use_is_a_clear_error(tmp_path):
-    first = await server.start(config.load({"control_listen": "127.0.0.1:0", "data_dir": tmp_path}))
+    free = {"control_listen": "127.0.0.1:0", "proxy_listen": "127.0.0.1:0"}
+    first = await server.start(config.load(free | {"data_dir": tmp_path}))
     try:
-        port = first.control_url.rsplit(":", 1)[1]
-        taken = config.load({"control_listen": f"127.0.0.1:{port}", "data_dir": tmp_path / "b"})
-        with pytest.raises(ConfigError, match="cannot listen"):
-            await server.start(taken)
+        for name, url in (("control_listen", first.control_url), ("proxy_listen", first.proxy_url)):
+            port = url.rsplit(":", 1)[1]
+            taken = config.load(free | {name: f"127.0.0.1:{port}", "data_dir": tmp_path / name})
+            with pytest.raises(ConfigError, match="cannot listen"):
+                await server.start(taken)
     finally:
         await first.stop()

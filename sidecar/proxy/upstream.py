@@ -1,0 +1,131 @@
+"""The sidecar's own HTTP client: forwards recorded effects and runs probes.
+
+Matched effects are not relayed by mitmproxy: the effect guard sends them itself, so it
+controls the timeout (bounded by the lease's time left), sees every transport error, and
+holds the whole response to record it before the agent gets it.  Bodies are kept
+exactly as the upstream sent them (no decompression), so a replay is byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from yarl import URL
+
+from sidecar.proxy.routes import Routes
+
+# Never forwarded: per-connection framing, proxy credentials, and the sidecar's own.
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+
+
+class UpstreamError(Exception):
+    """No definitive answer: connection refused or reset, or the timeout passed."""
+
+    def __init__(self, message: str, *, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        lower = name.lower()
+        return next((v for n, v in self.headers if n.lower() == lower), None)
+
+
+def forwardable(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [
+        (n, v)
+        for n, v in headers
+        if n.lower() not in _HOP_BY_HOP and not n.lower().startswith("x-sidecar-")
+    ]
+
+
+class Upstream:
+    def __init__(self, routes: Routes, *, extra_ca: Path | None = None) -> None:
+        self._routes = routes
+        self._extra_ca = extra_ca
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        context = ssl.create_default_context()
+        if self._extra_ca is not None:
+            context.load_verify_locations(cafile=str(self._extra_ca))
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context, limit=256),
+            auto_decompress=False,
+            # Send what the agent sent, nothing aiohttp would add on its own.
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def url(self, scheme: str, host: str, port: int | None, path_and_query: str) -> URL:
+        """Where a request for ``scheme://host:port/path?query`` really goes (routes applied)."""
+        target = self._routes.target(host)
+        if target is not None:
+            scheme, host, port = target.scheme, target.host, target.port
+        base = URL.build(scheme=scheme, host=host, port=port)
+        return base.join(URL(path_and_query, encoded=True))
+
+    async def send(
+        self,
+        method: str,
+        url: URL,
+        headers: Iterable[tuple[str, str]],
+        body: bytes | None,
+        *,
+        timeout_s: float,
+    ) -> Reply:
+        if self._session is None:
+            raise UpstreamError("the upstream client is not started")
+        try:
+            async with self._session.request(
+                method,
+                url,
+                headers=forwardable(headers),
+                data=body or None,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+                allow_redirects=False,
+            ) as response:
+                payload = await response.read()
+                return Reply(
+                    response.status,
+                    tuple(
+                        (k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers
+                    ),
+                    payload,
+                )
+        except TimeoutError as exc:
+            raise UpstreamError(
+                f"{method} {url}: no answer within {timeout_s:.1f}s", timeout=True
+            ) from exc
+        except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
+            raise UpstreamError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,69 @@
+"""Rules: which outbound requests are effects, how to key them and how to probe for them.
+
+``load_rules`` reads the YAML rule files (SPEC §5) into a :class:`RuleSet`; the proxy asks
+it ``match`` for each request, then ``effect_key`` and ``fingerprint`` for a matched one.
+Only HTTP rules exist so far.
+"""
+
+from __future__ import annotations
+
+from sidecar.rules.loader import RuleError, RuleProblem, load_rules
+from sidecar.rules.matcher import (
+    HttpRequestFacts,
+    RuleMatch,
+    RuleSet,
+    RuleSource,
+    canonical_body,
+    fingerprint,
+)
+from sidecar.rules.model import (
+    CheckpointSpec,
+    EffectKind,
+    HttpMatch,
+    OnDivergence,
+    OnUnknown,
+    ProbeAnswer,
+    ProbeRequest,
+    ProbeSpec,
+    Rule,
+    RuleFile,
+)
+from sidecar.rules.patterns import HostPattern, PathTemplate
+from sidecar.rules.templates import (
+    Encoding,
+    Expression,
+    Template,
+    TemplateSyntaxError,
+    TemplateValueMissing,
+    UrlTemplate,
+)
+
+__all__ = [
+    "CheckpointSpec",
+    "EffectKind",
+    "Encoding",
+    "Expression",
+    "HostPattern",
+    "HttpMatch",
+    "HttpRequestFacts",
+    "OnDivergence",
+    "OnUnknown",
+    "PathTemplate",
+    "ProbeAnswer",
+    "ProbeRequest",
+    "ProbeSpec",
+    "Rule",
+    "RuleError",
+    "RuleFile",
+    "RuleMatch",
+    "RuleProblem",
+    "RuleSet",
+    "RuleSource",
+    "Template",
+    "TemplateSyntaxError",
+    "TemplateValueMissing",
+    "UrlTemplate",
+    "canonical_body",
+    "fingerprint",
+    "load_rules",
+]

@@ -1,0 +1,202 @@
+"""Which rule a request falls under, and the effect key and fingerprint it gets.
+
+Matching uses the request line and headers only, never the body, so the proxy can decide
+from the headers alone whether it must buffer a request (a matched write) or may stream
+it (everything else). The body is read afterwards, for keys and fingerprints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from sidecar.rules.model import HttpMatch, Rule
+from sidecar.rules.templates import TemplateValueMissing
+
+_NOT_PARSED: Any = object()
+
+
+@dataclass(frozen=True)
+class HttpRequestFacts:
+    """What the rules may look at in one HTTP request.
+
+    ``host`` is lower-case without port or IPv6 brackets; ``path`` is the path as sent
+    (percent-encoded) without the query; ``query`` holds the first (decoded) value of each
+    parameter; ``headers`` are keyed by lower-case name.
+    """
+
+    method: str
+    host: str
+    port: int | None
+    path: str
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+    _json: Any = field(default=_NOT_PARSED, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Normalised here so every producer (proxy, tests, probes) compares alike.
+        object.__setattr__(self, "method", self.method.upper())
+        object.__setattr__(self, "host", self.host.lower().strip("[]"))
+        object.__setattr__(self, "headers", {k.lower(): v for k, v in self.headers.items()})
+
+    @classmethod
+    def from_target(
+        cls,
+        method: str,
+        host: str,
+        port: int | None,
+        target: str,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+        body: bytes | None = None,
+    ) -> HttpRequestFacts:
+        """From a request target as on the request line: ``/path?query``."""
+        path, _, query = target.partition("?")
+        first: dict[str, str] = {}
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            first.setdefault(name, value)
+        pairs = headers.items() if isinstance(headers, Mapping) else headers
+        lowered: dict[str, str] = {}
+        for name, value in pairs:
+            lowered.setdefault(name.lower(), value)  # the first of repeated headers wins
+        return cls(method, host, port, path or "/", first, lowered, body)
+
+    @classmethod
+    def from_url(
+        cls,
+        method: str,
+        url: str,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+        body: bytes | None = None,
+    ) -> HttpRequestFacts:
+        parts = urlsplit(url)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        return cls.from_target(method, parts.hostname or "", parts.port, target, headers, body)
+
+    def json_body(self) -> Any:
+        """The body parsed as JSON, or None when there is none or it is not JSON."""
+        if self._json is _NOT_PARSED:
+            try:
+                parsed = json.loads(self.body) if self.body else None
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly deep
+                parsed = None
+            object.__setattr__(self, "_json", parsed)
+        return self._json
+
+
+@dataclass(frozen=True, slots=True)
+class RuleMatch:
+    rule: Rule
+    params: Mapping[str, str]  # path parameters, in URL form
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSource:
+    """Where a rule was defined."""
+
+    file: Path
+    line: int
+
+
+def canonical_body(facts: HttpRequestFacts) -> bytes:
+    """JSON with sorted keys and no spaces for a JSON body; the raw bytes otherwise."""
+    data = facts.json_body()
+    if data is None:
+        return facts.body or b""
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def fingerprint(facts: HttpRequestFacts) -> str:
+    """``sha256:HEX`` over method, path, sorted query and canonical body.
+
+    Two requests with the same effect key but different fingerprints are a divergent
+    replay (SPEC §3). Header order, JSON key order and whitespace do not count.
+    """
+    digest = hashlib.sha256()
+    query = urlencode(sorted(facts.query.items()))
+    digest.update(f"{facts.method}\n{facts.path}\n{query}\n".encode())
+    digest.update(canonical_body(facts))
+    return f"sha256:{digest.hexdigest()}"
+
+
+def http_match(condition: HttpMatch, facts: HttpRequestFacts) -> dict[str, str] | None:
+    """The path parameters if every condition holds, else None."""
+    if condition.method is not None and facts.method not in condition.method:
+        return None
+    if not any(host.matches(facts.host, facts.port) for host in condition.host):
+        return None
+    for source, wanted in ((facts.query, condition.query), (facts.headers, condition.headers)):
+        for name, value in wanted.items():
+            got = source.get(name)
+            if got is None or value not in ("*", got):
+                return None
+    if condition.path is None:
+        return {}
+    return condition.path.match(facts.path)
+
+
+class RuleSet:
+    """Rules in load order: the first rule whose conditions all hold wins."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule] = (),
+        sources: Mapping[str, RuleSource] | None = None,
+        files: Sequence[Path] = (),
+    ) -> None:
+        self.rules = tuple(rules)
+        self.sources = dict(sources or {})
+        self.files = tuple(files)
+        self._by_name = {rule.name: rule for rule in self.rules}
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self.rules)
+
+    def get(self, name: str) -> Rule | None:
+        return self._by_name.get(name)
+
+    def match(self, facts: HttpRequestFacts) -> RuleMatch | None:
+        for rule in self.rules:
+            params = http_match(rule.match, facts)
+            if params is not None:
+                return RuleMatch(rule, params)
+        return None
+
+    def may_match_host(self, host: str, port: int | None = None) -> bool:
+        """Whether any rule could match a request to ``host`` (so TLS must be opened)."""
+        host = host.lower().strip("[]")
+        return any(p.matches(host, port) for rule in self.rules for p in rule.match.host)
+
+    def effect_key(self, match: RuleMatch, facts: HttpRequestFacts) -> str:
+        """The rule's ``key`` rendered for this request.
+
+        Without a ``key``, or when the request lacks a value the key names, the key is
+        ``"{rule}:{METHOD} {path}#{digest}"`` where digest is the first 16 hex digits of
+        the sha256 of the canonical body (:func:`canonical_body`), preceded by the sorted
+        query and a newline when there is a query. So the same request - the same JSON
+        whatever its key order or spacing, or the same bytes - gets the same key, and
+        the query, which may carry secrets, is not written in clear.
+        """
+        rule = match.rule
+        if rule.key is not None:
+            try:
+                return rule.key.render(facts, match.params)
+            except TemplateValueMissing:
+                pass  # fall back to the request itself, documented above
+        digest = hashlib.sha256()
+        if facts.query:
+            digest.update(f"{urlencode(sorted(facts.query.items()))}\n".encode())
+        digest.update(canonical_body(facts))
+        return f"{rule.name}:{facts.method} {facts.path}#{digest.hexdigest()[:16]}"
+
+    @staticmethod
+    def fingerprint(facts: HttpRequestFacts) -> str:
+        return fingerprint(facts)

@@ -1,0 +1,190 @@
+"""A local upstream that counts what reaches it: the outside world of the proxy tests.
+
+    python -m sidecar.testing.upstream --listen 127.0.0.1:0
+
+prints ``upstream ready http://HOST:PORT`` and serves:
+
+* ``POST /v1/charges`` - creates a charge (201); dedupes on ``Idempotency-Key`` like
+  Stripe (same key: the same charge, not a new one);
+* ``POST /repos/{owner}/{repo}/things`` - creates a thing ``{name}`` (201; a second one
+  with the same name is created too - this API does not dedupe), ``GET`` the same path
+  with ``?name=`` lists them (the evidence a probe looks for);
+* ``POST /v1/chat/completions`` - a model endpoint whose answer is different every time
+  (``"stream": true`` answers Server-Sent Events);
+* ``POST /upload`` - reads a body of any size as a stream and answers its length;
+* ``GET /slow?delay=S`` / ``POST /slow/things`` - answer after S seconds (default 5);
+* ``POST /broken/things`` - creates the thing, then answers 500 (an unknown outcome);
+* ``GET /_upstream/counts`` - how many requests each ``METHOD path`` got, and how many
+  charges and things exist: what the tests check afterwards.
+
+It keeps everything in memory; every counter is per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import secrets
+from typing import Any
+
+from aiohttp import web
+
+COUNTS = web.AppKey("counts", dict[str, int])
+STATE = web.AppKey("state", dict)
+
+
+@web.middleware
+async def count_requests(request: web.Request, handler: Any) -> web.StreamResponse:
+    if not request.path.startswith("/_upstream"):
+        seen = request.app[COUNTS]
+        name = f"{request.method} {request.path}"
+        seen[name] = seen.get(name, 0) + 1
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+def make_app() -> web.Application:
+    app = web.Application(middlewares=[count_requests], client_max_size=1 << 30)
+    app[COUNTS] = {}
+    app[STATE] = {"charges": {}, "by_key": {}, "things": [], "ids": itertools.count(1)}
+    app.add_routes(
+        [
+            web.post("/v1/charges", create_charge),
+            web.post("/repos/{owner}/{repo}/things", create_thing),
+            web.get("/repos/{owner}/{repo}/things", list_things),
+            web.post("/v1/chat/completions", complete),
+            web.post("/upload", upload),
+            web.get("/slow", slow),
+            web.post("/slow/things", slow_thing),
+            web.post("/broken/things", broken_thing),
+            web.get("/_upstream/counts", counts),
+            web.get("/_upstream/things", all_things),
+        ]
+    )
+    return app
+
+
+async def create_charge(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    key = request.headers.get("Idempotency-Key")
+    if key and key in state["by_key"]:
+        return web.json_response(state["charges"][state["by_key"][key]], status=201)
+    body = await request.json()
+    charge = {
+        "id": f"ch_{next(state['ids'])}",
+        "amount": body.get("amount"),
+        "idempotency_key": key,
+    }
+    state["charges"][charge["id"]] = charge
+    if key:
+        state["by_key"][key] = charge["id"]
+    return web.json_response(charge, status=201)
+
+
+def _new_thing(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+    state = request.app[STATE]
+    thing = {
+        "id": next(state["ids"]),
+        "name": body.get("name"),
+        "repo": f"{request.match_info.get('owner', '-')}/{request.match_info.get('repo', '-')}",
+        "authorization": request.headers.get("Authorization"),
+    }
+    state["things"].append(thing)
+    return thing
+
+
+async def create_thing(request: web.Request) -> web.Response:
+    return web.json_response(_new_thing(request, await request.json()), status=201)
+
+
+async def list_things(request: web.Request) -> web.Response:
+    repo = f"{request.match_info['owner']}/{request.match_info['repo']}"
+    name = request.query.get("name")
+    found = [
+        t
+        for t in request.app[STATE]["things"]
+        if t["repo"] == repo and (name is None or t["name"] == name)
+    ]
+    return web.json_response(found)
+
+
+async def all_things(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE]["things"])
+
+
+async def complete(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    words = [secrets.token_hex(3) for _ in range(4)]
+    if not body.get("stream"):
+        return web.json_response(
+            {"id": f"chatcmpl-{secrets.token_hex(4)}", "choices": [{"text": " ".join(words)}]}
+        )
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for word in words:
+        chunk = {"choices": [{"delta": {"content": word}}]}
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await asyncio.sleep(0.01)
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+async def upload(request: web.Request) -> web.Response:
+    size = 0
+    async for chunk in request.content.iter_chunked(1 << 16):
+        size += len(chunk)
+    return web.json_response({"bytes": size})
+
+
+async def slow(request: web.Request) -> web.Response:
+    await asyncio.sleep(float(request.query.get("delay", "5")))
+    return web.json_response({"slow": True})
+
+
+async def slow_thing(request: web.Request) -> web.Response:
+    thing = _new_thing(request, await request.json())
+    await asyncio.sleep(float(request.query.get("delay", "5")))
+    return web.json_response(thing, status=201)
+
+
+async def broken_thing(request: web.Request) -> web.Response:
+    _new_thing(request, await request.json())
+    return web.json_response({"message": "internal error"}, status=500)
+
+
+async def counts(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response(
+        {
+            "requests": request.app[COUNTS],
+            "charges": len(state["charges"]),
+            "things": len(state["things"]),
+        }
+    )
+
+
+async def serve(host: str, port: int) -> None:
+    runner = web.AppRunner(make_app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    bound_host, bound_port = runner.addresses[0][:2]
+    print(f"upstream ready http://{bound_host}:{bound_port}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--listen", default="127.0.0.1:0")
+    args = parser.parse_args()
+    host, _, port = args.listen.rpartition(":")
+    asyncio.run(serve(host or "127.0.0.1", int(port)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Matching requests to rules (first match wins, headers only), effect keys and fingerprints."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.rules import HttpRequestFacts, Rule, RuleSet
+
+
+def make(name, effect="non_idempotent", **match):
+    fields = {"name": name, "effect": effect, "match": {"host": "api.example.com"} | match}
+    return Rule.model_validate(fields)
+
+
+def facts(method="POST", url="https://api.example.com/v1/charges", headers=(), body=None):
+    return HttpRequestFacts.from_url(method, url, headers, body)
+
+
+def test_facts_are_normalised_whoever_builds_them():
+    built = HttpRequestFacts("post", "API.Example.COM", 443, "/x", {}, {"X-A": "1"})
+    assert (built.method, built.host, built.headers) == ("POST", "api.example.com", {"x-a": "1"})
+    parsed = facts(
+        url="https://[::1]:8443/p/a%20b?q=1&q=2&e=", headers=[("X-A", "1"), ("x-a", "2")]
+    )
+    assert (parsed.host, parsed.port, parsed.path) == ("::1", 8443, "/p/a%20b")
+    assert parsed.query == {"q": "1", "e": ""}
+    assert parsed.headers == {"x-a": "1"}
+
+
+def test_the_json_body_is_parsed_once_and_none_when_not_json():
+    assert facts(body=b'{"a": 1}').json_body() == {"a": 1}
+    assert facts(body=b"amount=1").json_body() is None
+    assert facts(body=b"\xff\xfe").json_body() is None
+    assert facts().json_body() is None
+
+
+def test_the_first_matching_rule_in_load_order_wins():
+    rules = RuleSet(
+        [make("charge", method="POST", path="/v1/charges"), make("any-post", method="POST")]
+    )
+    assert rules.match(facts()).rule.name == "charge"
+    assert rules.match(facts(url="https://api.example.com/v1/refunds")).rule.name == "any-post"
+    assert rules.match(facts(method="GET")) is None
+
+
+def test_a_match_carries_the_path_parameters():
+    rules = RuleSet([make("pulls", path="/repos/{owner}/{repo}/pulls")])
+    found = rules.match(facts(url="https://api.example.com/repos/octo/hello/pulls/"))
+    assert found is not None
+    assert found.params == {"owner": "octo", "repo": "hello"}
+
+
+def test_every_condition_must_hold():
+    rule = make(
+        "refund",
+        method=["POST", "PUT"],
+        path="/v1/refunds",
+        query={"mode": "live", "trace": "*"},
+        headers={"X-Kind": "refund"},
+    )
+    rules = RuleSet([rule])
+    url = "https://API.example.com/v1/refunds?mode=live&trace=1"
+    assert rules.match(facts(url=url, headers={"x-kind": "refund"})) is not None
+    assert rules.match(facts(method="PUT", url=url, headers={"X-KIND": "refund"})) is not None
+    for method, target, headers in [
+        ("GET", url, {"X-Kind": "refund"}),
+        ("POST", "https://other.com/v1/refunds?mode=live&trace=1", {"X-Kind": "refund"}),
+        ("POST", "https://api.example.com/v1/refunds?mode=test&trace=1", {"X-Kind": "refund"}),
+        ("POST", "https://api.example.com/v1/refunds?mode=live", {"X-Kind": "refund"}),
+        ("POST", url, {"X-Kind": "charge"}),
+        ("POST", url, {}),
+    ]:
+        assert rules.match(facts(method, target, headers)) is None, (method, target, headers)
+
+
+def test_matching_never_needs_the_body():
+    rules = RuleSet([make("charge", path="/v1/charges")])
+    assert rules.match(facts(body=None)) == rules.match(facts(body=b'{"a": 1}'))
+
+
+def test_a_host_with_a_port_matches_only_that_port():
+    rules = RuleSet([make("local", host="api.example.com:8443")])
+    assert rules.match(facts(url="https://api.example.com:8443/x")) is not None
+    assert rules.match(facts(url="https://api.example.com/x")) is not None  # port not known
+    assert rules.match(HttpRequestFacts("POST", "api.example.com", 443, "/x")) is None
+
+
+def test_may_match_host_tells_which_connections_to_open():
+    rules = RuleSet([make("a", host="*.example.com"), make("b", host=["x.org:8443"])])
+    assert rules.may_match_host("API.example.com", 443)
+    assert rules.may_match_host("x.org")
+    assert rules.may_match_host("x.org", 8443)
+    assert not rules.may_match_host("x.org", 443)
+    assert not rules.may_match_host("example.com")
+    assert not RuleSet().may_match_host("example.com")
+
+
+def test_the_effect_key_renders_the_rules_key_template():
+    rules = RuleSet(
+        [
+            Rule.model_validate(
+                {
+                    "name": "pulls",
+                    "match": {"host": "api.example.com", "path": "/repos/{owner}/{repo}/pulls"},
+                    "effect": "non_idempotent",
+                    "key": "{owner}/{repo}#pull:{body.head}->{body.base}",
+                }
+            )
+        ]
+    )
+    request = facts(
+        url="https://api.example.com/repos/octo/hello/pulls",
+        body=b'{"head": "agent/312", "base": "main"}',
+    )
+    found = rules.match(request)
+    assert rules.effect_key(found, request) == "octo/hello#pull:agent/312->main"
+
+
+def test_without_a_key_the_effect_key_is_the_request_with_a_body_hash():
+    rules = RuleSet([make("charge")])
+    one = facts(body=b'{"amount": 1, "currency": "usd"}')
+    same = facts(body=b'{ "currency":"usd",\n "amount":1 }')
+    other = facts(body=b'{"amount": 2, "currency": "usd"}')
+    key = rules.effect_key(rules.match(one), one)
+    assert key.startswith("charge:POST /v1/charges#")
+    assert len(key.rpartition("#")[2]) == 16
+    assert rules.effect_key(rules.match(same), same) == key  # JSON key order and spaces
+    assert rules.effect_key(rules.match(other), other) != key
+
+
+def test_the_fallback_key_hashes_raw_bytes_and_the_query_too():
+    rules = RuleSet([make("form")])
+    form = facts(body=b"amount=1&currency=usd")
+    assert rules.effect_key(rules.match(form), form) == rules.effect_key(rules.match(form), form)
+    a = facts(url="https://api.example.com/v1/charges?to=alice")
+    b = facts(url="https://api.example.com/v1/charges?to=bob")
+    assert rules.effect_key(rules.match(a), a) != rules.effect_key(rules.match(b), b)
+    assert "alice" not in rules.effect_key(rules.match(a), a)
+
+
+def test_a_key_whose_value_is_missing_falls_back_to_the_body_hash():
+    rule = make("order").model_dump() | {"key": "{header.X-Order-Id}"}
+    rules = RuleSet([Rule.model_validate(rule)])
+    with_id = facts(headers={"X-Order-Id": "ord-7"}, body=b"{}")
+    without = facts(body=b"{}")
+    assert rules.effect_key(rules.match(with_id), with_id) == "ord-7"
+    assert rules.effect_key(rules.match(without), without).startswith("order:POST /v1/charges#")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        (facts(body=b'{"a":1,"b":2}'), facts(body=b'{"b": 2, "a": 1}'), True),
+        (
+            facts(url="https://api.example.com/v1/charges?x=1&y=2"),
+            facts(url="https://api.example.com/v1/charges?y=2&x=1"),
+            True,
+        ),
+        (facts(headers={"A": "1"}), facts(headers={"A": "2"}), True),  # headers do not count
+        (facts(body=b'{"a":1}'), facts(body=b'{"a":2}'), False),
+        (facts(), facts(method="PUT"), False),
+        (facts(), facts(url="https://api.example.com/v1/refunds"), False),
+        (facts(url="https://api.example.com/v1/charges?x=1"), facts(), False),
+    ],
+)
+def test_the_fingerprint_is_method_path_query_and_canonical_body(a, b, same):
+    assert (RuleSet.fingerprint(a) == RuleSet.fingerprint(b)) is same
+    assert RuleSet.fingerprint(a).startswith("sha256:")
