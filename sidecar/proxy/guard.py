@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sidecar import failpoints
 from sidecar.clock import Clock
 from sidecar.domain.ids import idempotency_key
 from sidecar.domain.model import Effect, EffectState, RecordedResponse
@@ -213,6 +214,7 @@ class EffectGuard:
             )
         except EffectExists:
             return None  # another sidecar logged it a moment ago: look again
+        failpoints.reach("effect.after_pending")
         return await self._forward(binding, match, request, effect, time_left, "recorded")
 
     # ---- the effect is in the log -----------------------------------------------------
@@ -429,6 +431,7 @@ class EffectGuard:
                 "will be checked before it is sent again",
                 timeout=error.timeout,
             ) from error
+        failpoints.reach("effect.after_upstream")
         state = _classify(rule.effect, reply.status)
         recorded = RecordedResponse(
             reply.status, recordable_response_headers(reply.headers), reply.body
@@ -444,6 +447,7 @@ class EffectGuard:
                 detail=f"upstream answered {reply.status}",
             )
         )
+        failpoints.reach("effect.after_record")
         if state is EffectState.COMPLETED:
             await self._checkpoint(binding, rule, recorded)
         log.info(

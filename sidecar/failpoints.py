@@ -1,0 +1,31 @@
+"""Named points at which a test can make this process die, for real, with SIGKILL.
+
+    SIDECAR_FAILPOINTS=effect.after_upstream sidecar serve ...
+
+The crash tests (and ``sidecar matrix``) kill the sidecar at each step of the effect flow
+this way: no cleanup runs, no buffer is flushed, exactly as when a node dies.  Points:
+
+* ``effect.after_pending``  - the effect is recorded pending, nothing forwarded yet;
+* ``effect.after_upstream`` - the upstream answered, nothing recorded yet;
+* ``effect.after_record``   - the answer is recorded, the agent not answered yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+log = logging.getLogger("sidecar.failpoints")
+
+POINTS = frozenset({"effect.after_pending", "effect.after_upstream", "effect.after_record"})
+_ARMED = frozenset(p for p in os.environ.get("SIDECAR_FAILPOINTS", "").split(",") if p)
+
+
+def reach(point: str) -> None:
+    """Die here if ``point`` is armed; otherwise do nothing."""
+    if point in _ARMED:
+        log.warning("failpoint %s reached: killing this process", point)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,162 @@
+"""A whole local stack of real processes: upstream, sidecar, and agents run under it.
+
+    stack = Stack.start(tmp_path, rules=[...], hosts=["api.example-payments.com"])
+    agent = stack.exec_agent("312", "agent.py", "--order", "7")
+    agent.wait_for("charged")
+    stack.kill_sidecar(); stack.start_sidecar()       # same data, same ports
+    stack.counts()                                    # what the upstream received
+
+The sidecar's traffic for every name in ``hosts`` is routed to the counting upstream
+(``sidecar.testing.upstream``), so agents call real-looking HTTPS URLs that never leave
+the machine.  Used by the acceptance tests and, later, by ``sidecar matrix``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sidecar.testing.processes import Child
+
+READY = r"effect-sidecar ready control=(\S+) proxy=(\S+) ca=(\S+)"
+
+
+@dataclass
+class Stack:
+    root: Path
+    upstream: Child
+    upstream_url: str
+    rules: list[Path]
+    hosts: list[str]
+    sidecar_args: list[str] = field(default_factory=list)
+    sidecar: Child | None = None
+    control_url: str = ""
+    proxy_url: str = ""
+    ca_cert: str = ""
+    agents: list[Child] = field(default_factory=list)
+    _starts: int = 0
+
+    @classmethod
+    def start(
+        cls,
+        root: Path,
+        *,
+        rules: Sequence[Path],
+        hosts: Sequence[str],
+        sidecar_args: Sequence[str] = (),
+        sidecar_env: dict[str, str] | None = None,
+    ) -> Stack:
+        root.mkdir(parents=True, exist_ok=True)
+        upstream = Child.python(
+            "sidecar.testing.upstream", stderr_path=root / "upstream.log"
+        )
+        url = upstream.wait_for(r"upstream ready (\S+)").group(1)
+        stack = cls(root, upstream, url, list(rules), list(hosts), list(sidecar_args))
+        stack.start_sidecar(env=sidecar_env)
+        return stack
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "sidecar-data"
+
+    def start_sidecar(self, env: dict[str, str] | None = None) -> None:
+        """Start (or restart, on the same data and ports) the sidecar."""
+        if self.sidecar is not None:
+            self.sidecar.kill()  # reap the previous one (and close its log file)
+        control = self.control_url.removeprefix("http://") or "127.0.0.1:0"
+        proxy = self.proxy_url.removeprefix("http://") or "127.0.0.1:0"
+        args = ["serve", "--data-dir", str(self.data_dir)]
+        args += ["--control-listen", control, "--proxy-listen", proxy, "--log-level", "info"]
+        for path in self.rules:
+            args += ["--rules", str(path)]
+        for host in self.hosts:
+            args += ["--route", f"{host}={self.upstream_url}"]
+        args += self.sidecar_args
+        self._starts += 1
+        self.sidecar = Child.python(
+            "sidecar",
+            *args,
+            env=os.environ | (env or {}),
+            stderr_path=self.root / f"sidecar-{self._starts}.log",
+        )
+        ready = self.sidecar.wait_for(READY, timeout=60)
+        self.control_url, self.proxy_url, self.ca_cert = ready.group(1, 2, 3)
+
+    def kill_sidecar(self) -> int:
+        assert self.sidecar is not None
+        return self.sidecar.kill()
+
+    def exec_agent(
+        self,
+        task: str,
+        script: Path | str,
+        *args: str,
+        worker: str = "worker",
+        ttl_s: float = 30,
+        wait_s: float = 0,
+    ) -> Child:
+        """``sidecar exec --task TASK -- python SCRIPT ARGS`` against this stack's sidecar."""
+        agent = Child.python(
+            "sidecar",
+            "exec",
+            "--task",
+            task,
+            "--worker",
+            worker,
+            "--ttl-s",
+            str(ttl_s),
+            "--wait-s",
+            str(wait_s),
+            "--control",
+            self.control_url,
+            "--",
+            sys.executable,
+            str(script),
+            *args,
+            stderr_path=self.root / f"agent-{len(self.agents) + 1}.log",
+        )
+        self.agents.append(agent)
+        return agent
+
+    def counts(self) -> dict[str, Any]:
+        """What the upstream received: ``{"requests": {"POST /x": n}, "charges": n, ...}``."""
+        return self._get(f"{self.upstream_url}/_upstream/counts")
+
+    def things(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._get(f"{self.upstream_url}/_upstream/things")
+        return found
+
+    def effects(self, task: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._get(f"{self.control_url}/v1/tasks/{task}/effects")[
+            "effects"
+        ]
+        return found
+
+    def task(self, task: str) -> dict[str, Any]:
+        return self._get(f"{self.control_url}/v1/tasks/{task}")
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        lines = []
+        for path in sorted(self.root.glob("sidecar-*.log")):
+            for line in path.read_text().splitlines():
+                if line.startswith("{"):
+                    lines.append(json.loads(line))
+        return lines
+
+    @staticmethod
+    def _get(url: str) -> Any:
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - loopback only
+            return json.load(response)
+
+    def close(self) -> None:
+        for agent in self.agents:
+            agent.kill()
+        if self.sidecar is not None:
+            self.sidecar.terminate()
+        self.upstream.kill()
