@@ -20,9 +20,12 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
+
+from yarl import URL
 
 from sidecar import failpoints
 from sidecar.clock import Clock
@@ -46,7 +49,7 @@ from sidecar.metrics import Metrics
 from sidecar.problems import PROBLEM_JSON, error_body
 from sidecar.proxy.bindings import Binding, Bindings
 from sidecar.proxy.redact import recordable_response_headers, request_summary
-from sidecar.proxy.upstream import Reply, Upstream, UpstreamError
+from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.rules import EffectKind, OnDivergence, OnUnknown, RuleMatch, RuleSet
 from sidecar.rules.matcher import HttpRequestFacts
 from sidecar.rules.model import Rule
@@ -56,6 +59,22 @@ from sidecar.store import Store
 log = logging.getLogger("sidecar.effects")
 
 SETTLE_WAIT_MAX_S = 30.0
+
+
+class Sender(Protocol):
+    """Where the guard sends effects and probes (:class:`sidecar.proxy.upstream.Upstream`)."""
+
+    def url(self, scheme: str, host: str, port: int | None, path_and_query: str) -> URL: ...
+
+    async def send(
+        self,
+        method: str,
+        url: URL,
+        headers: Iterable[tuple[str, str]],
+        body: bytes | None,
+        *,
+        timeout_s: float,
+    ) -> Reply: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +127,7 @@ class EffectGuard:
         store: Store,
         rules: RuleSet,
         bindings: Bindings,
-        upstream: Upstream,
+        upstream: Sender,
         clock: Clock,
         metrics: Metrics,
         *,

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,9 +55,7 @@ class Stack:
         sidecar_env: dict[str, str] | None = None,
     ) -> Stack:
         root.mkdir(parents=True, exist_ok=True)
-        upstream = Child.python(
-            "sidecar.testing.upstream", stderr_path=root / "upstream.log"
-        )
+        upstream = Child.python("sidecar.testing.upstream", stderr_path=root / "upstream.log")
         url = upstream.wait_for(r"upstream ready (\S+)").group(1)
         stack = cls(root, upstream, url, list(rules), list(hosts), list(sidecar_args))
         stack.start_sidecar(env=sidecar_env)
@@ -126,7 +126,8 @@ class Stack:
 
     def counts(self) -> dict[str, Any]:
         """What the upstream received: ``{"requests": {"POST /x": n}, "charges": n, ...}``."""
-        return self._get(f"{self.upstream_url}/_upstream/counts")
+        found: dict[str, Any] = self._get(f"{self.upstream_url}/_upstream/counts")
+        return found
 
     def things(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._get(f"{self.upstream_url}/_upstream/things")
@@ -139,7 +140,22 @@ class Stack:
         return found
 
     def task(self, task: str) -> dict[str, Any]:
-        return self._get(f"{self.control_url}/v1/tasks/{task}")
+        found: dict[str, Any] = self._get(f"{self.control_url}/v1/tasks/{task}")
+        return found
+
+    def wait_for_lease(self, task: str, timeout: float = 15.0) -> dict[str, Any]:
+        """Block until someone holds ``task``'s lease (e.g. ``serve --task`` claiming it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                lease: dict[str, Any] | None = self.task(task)["lease"]
+            except urllib.error.HTTPError:
+                lease = None
+            if lease is not None and lease["live"]:
+                return lease
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nobody claimed task {task} within {timeout}s")
+            time.sleep(0.05)
 
     def log_lines(self) -> list[dict[str, Any]]:
         lines = []

@@ -1,0 +1,267 @@
+"""The effect guard's decisions, with the memory store, a fake upstream and a manual clock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from yarl import URL
+
+from sidecar.clock import ManualClock
+from sidecar.domain.model import EffectState
+from sidecar.errors import StoreUnavailable
+from sidecar.metrics import Metrics
+from sidecar.proxy.bindings import Bindings
+from sidecar.proxy.guard import AgentRequest, EffectGuard
+from sidecar.proxy.upstream import Reply, UpstreamError
+from sidecar.rules import RuleSet, load_rules
+from sidecar.rules.matcher import HttpRequestFacts
+from sidecar.store.memory import MemoryStore
+from tests.conftest import sequential_ids
+
+RULES = """
+rules:
+  - name: things.create
+    match: {host: api.test, method: POST, path: "/repos/{repo}/things"}
+    effect: non_idempotent
+    key: "{repo}:{body.name}"
+    on_unknown: probe
+    timeout_s: 0.05
+    probe:
+      request: {path: "/repos/{repo}/things?name={body.name}"}
+      found: "length(@) > `0`"
+      answer: {status: 201, body: "[0]"}
+    checkpoint: {stage: THING_CREATED, outputs: {thing_id: id}}
+  - name: charges.create
+    match: {host: pay.test, method: POST, path: /charges}
+    effect: non_idempotent
+    key: "{body.order}"
+    idempotency_header: Idempotency-Key
+    on_unknown: retry
+  - name: notes.post
+    match: {host: notes.test, method: POST}
+    effect: non_idempotent
+  - name: model.ask
+    match: {host: model.test, method: POST}
+    effect: cache
+"""
+
+
+@dataclass
+class FakeUpstream:
+    """Answers from a script; remembers every request it was sent."""
+
+    answers: list[Reply | UpstreamError] = field(default_factory=list)
+    sent: list[tuple[str, str, dict[str, str], bytes | None]] = field(default_factory=list)
+
+    def url(self, scheme: str, host: str, port: int | None, path_and_query: str) -> URL:
+        return URL.build(scheme=scheme, host=host, port=port).join(
+            URL(path_and_query, encoded=True)
+        )
+
+    async def send(
+        self,
+        method: str,
+        url: URL,
+        headers: Iterable[tuple[str, str]],
+        body: bytes | None,
+        *,
+        timeout_s: float,
+    ) -> Reply:
+        self.sent.append((method, str(url), dict(headers), body))
+        answer = self.answers.pop(0)
+        if isinstance(answer, UpstreamError):
+            raise answer
+        return answer
+
+
+def reply(status: int, body: object) -> Reply:
+    return Reply(status, (("Content-Type", "application/json"),), json.dumps(body).encode())
+
+
+@dataclass
+class World:
+    store: MemoryStore
+    bindings: Bindings
+    upstream: FakeUpstream
+    guard: EffectGuard
+    rules: RuleSet
+
+
+@pytest.fixture
+def world(tmp_path: Path, clock: ManualClock):
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(RULES)
+    store = MemoryStore(clock=clock, new_attempt_id=sequential_ids())
+    bindings = Bindings(store, clock, margin_s=2)
+    store.observer = bindings
+    upstream = FakeUpstream()
+    rules = load_rules([rules_file])
+    guard = EffectGuard(store, rules, bindings, upstream, clock, Metrics(), store_retry_s=0.1)
+    return World(store, bindings, upstream, guard, rules)
+
+
+def request(host: str, path: str, body: dict) -> AgentRequest:
+    raw = json.dumps(body).encode()
+    headers = (("Content-Type", "application/json"), ("Authorization", "Bearer t0ken"))
+    facts = HttpRequestFacts.from_target("POST", host, None, path, headers, raw)
+    return AgentRequest(facts, "https", path, headers)
+
+
+async def call(world: World, task: str, req: AgentRequest):
+    match = world.rules.match(req.facts)
+    binding = await world.bindings.for_task(task, "default")
+    return await world.guard.handle(binding, match, req)
+
+
+async def test_first_try_records_forwards_and_writes_the_rules_checkpoint(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(reply(201, {"id": 7, "name": "gear"}))
+    answer = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert (answer.status, answer.disposition) == (201, "recorded")
+    effect = await store.effect("312", "app:gear")
+    assert effect.state is EffectState.COMPLETED
+    assert [(c.stage, c.outputs) for c in await store.checkpoints("312")] == [
+        ("THING_CREATED", {"thing_id": 7})
+    ]
+    assert upstream.sent[0][2]["Authorization"] == "Bearer t0ken"
+
+
+async def test_a_lease_about_to_expire_holds_writes_back(world, clock):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 10)
+    clock.advance(8.5)  # margin is min(2 s, ttl/4 = 2.5 s)
+    answer = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert answer.status == 503
+    assert json.loads(answer.body)["code"] == "lease_expiring"
+    assert upstream.sent == []
+    assert await store.effect("312", "app:gear") is None
+
+
+async def test_a_heartbeat_seen_in_the_store_lifts_self_fencing(world, clock):
+    store, upstream = world.store, world.upstream
+    claim = await store.claim("312", "a", 10)
+    clock.advance(8.5)
+    await store.heartbeat("312", claim.attempt_id, claim.generation)
+    upstream.answers.append(reply(201, {"id": 1}))
+    answer = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert answer.disposition == "recorded"
+
+
+async def test_an_unknown_effect_is_probed_after_settling_and_found(world, clock):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(UpstreamError("reset"))
+    lost = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert (lost.status, json.loads(lost.body)["code"]) == (502, "upstream_failed")
+    assert (await store.effect("312", "app:gear")).state is EffectState.UNKNOWN
+    clock.advance(1)
+    upstream.answers.append(reply(200, [{"id": 9, "name": "gear"}]))
+    found = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert (found.status, found.disposition) == (201, "probed")
+    assert json.loads(found.body) == {"id": 9, "name": "gear"}
+    assert upstream.sent[-1][0:2] == ("GET", "https://api.test/repos/app/things?name=gear")
+
+
+async def test_an_unknown_effect_not_found_by_the_probe_is_sent_once_more(world, clock):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers += [reply(503, {"m": "busy"}), reply(200, []), reply(201, {"id": 2})]
+    await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    clock.advance(1)
+    again = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert (again.status, again.disposition) == (201, "recorded")
+    assert [m for m, *_ in upstream.sent] == ["POST", "GET", "POST"]
+
+
+async def test_an_older_attempts_effect_is_not_probed_before_it_settles(world, clock):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(UpstreamError("reset"))
+    await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    # Worker a's lease runs for another 60 s; worker b took over (same worker name
+    # restarted), so a's requests could land until its lease_until + timeout.
+    await store.claim("312", "a", 60)
+    refused = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert refused.status == 503
+    assert json.loads(refused.body)["code"] == "effect_settling"
+    assert dict(refused.headers)["Retry-After"] == "60"
+    assert len(upstream.sent) == 1
+
+
+async def test_retry_resends_with_the_idempotency_key_of_the_first_attempt(world, clock):
+    store, upstream = world.store, world.upstream
+    first = await store.claim("312", "a", 60)
+    upstream.answers.append(UpstreamError("timeout", timeout=True))
+    lost = await call(world, "312", request("pay.test", "/charges", {"order": "o-1"}))
+    assert lost.status == 504
+    await store.release("312", first.attempt_id, first.generation)
+    await store.claim("312", "b", 60)
+    upstream.answers.append(reply(201, {"id": "ch_1"}))
+    again = await call(world, "312", request("pay.test", "/charges", {"order": "o-1"}))
+    assert again.disposition == "recorded"
+    keys = [headers["Idempotency-Key"] for _, _, headers, _ in upstream.sent]
+    assert keys[0] == keys[1]
+    assert keys[0].startswith(first.attempt_id)
+
+
+async def test_a_failed_effect_is_sent_again(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers += [reply(422, {"message": "invalid"}), reply(201, {"id": 1})]
+    failed = await call(world, "312", request("notes.test", "/notes", {"text": "hi"}))
+    assert failed.status == 422
+    again = await call(world, "312", request("notes.test", "/notes", {"text": "hi"}))
+    assert again.status == 201
+    assert len(upstream.sent) == 2
+
+
+async def test_an_unknown_effect_without_probe_or_retry_is_blocked(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(reply(500, {}))
+    await call(world, "312", request("notes.test", "/notes", {"text": "hi"}))
+    blocked = await call(world, "312", request("notes.test", "/notes", {"text": "hi"}))
+    assert blocked.status == 409
+    assert json.loads(blocked.body)["code"] == "effect_unknown"
+    assert len(upstream.sent) == 1
+
+
+async def test_cache_rules_answer_only_successes_from_the_log(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers += [reply(429, {}), reply(200, {"text": "patch"})]
+    ask = request("model.test", "/v1/messages", {"prompt": "x"})
+    assert (await call(world, "312", ask)).status == 429
+    assert (await call(world, "312", ask)).disposition == "recorded"
+    replayed = await call(world, "312", ask)
+    assert replayed.disposition == "replayed"
+    assert json.loads(replayed.body) == {"text": "patch"}
+    assert len(upstream.sent) == 2
+
+
+async def test_an_unavailable_store_fails_closed(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+
+    async def down(*args, **kwargs):
+        raise StoreUnavailable("disk gone")
+
+    store.record_pending = down  # type: ignore[method-assign]
+    answer = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert answer.status == 503
+    assert json.loads(answer.body)["code"] == "store_unavailable"
+    assert upstream.sent == []
+
+
+async def test_a_body_over_the_rules_limit_is_refused(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    big = request("api.test", "/repos/app/things", {"name": "x" * (2 << 20)})
+    answer = await call(world, "312", big)
+    assert answer.status == 413
+    assert upstream.sent == []

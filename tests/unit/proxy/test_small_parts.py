@@ -1,0 +1,109 @@
+"""Routes, redaction, proxy credentials, the readiness gate and which hosts get TLS opened."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from mitmproxy.test import tflow
+
+from sidecar.errors import ConfigError
+from sidecar.proxy.addons.binder import METADATA, TaskBinder
+from sidecar.proxy.addons.gate import ReadinessGate
+from sidecar.proxy.embed import interception_hosts
+from sidecar.proxy.redact import REDACTED, request_summary
+from sidecar.proxy.routes import Routes
+from sidecar.rules import load_rules
+
+
+def test_routes_send_a_host_to_its_target_and_refuse_nonsense():
+    routes = Routes.parse(["API.GitHub.com=http://127.0.0.1:9000", "x.test=https://h"])
+    target = routes.target("api.github.com")
+    assert (target.scheme, target.host, target.port, target.authority) == (
+        "http",
+        "127.0.0.1",
+        9000,
+        "127.0.0.1:9000",
+    )
+    assert routes.target("x.test").authority == "h"
+    for bad in ["nohost", "a=ftp://x", "a=http://x/path", "=http://x"]:
+        with pytest.raises(ConfigError):
+            Routes.parse([bad])
+
+
+def test_the_effect_log_summary_keeps_no_secret():
+    summary = request_summary(
+        "POST",
+        "https",
+        "api.example.com",
+        "/v1/things",
+        "token=abc&page=2",
+        [("Authorization", "Bearer x"), ("Cookie", "s=1"), ("X-Trace", "ghp_" + "a" * 36)],
+        json.dumps({"name": "n", "password": "hunter2", "nested": {"api_key": "k"}}).encode(),
+    )
+    assert summary["url"] == "https://api.example.com/v1/things?token=%5Bredacted%5D&page=2"
+    assert summary["headers"] == {
+        "authorization": REDACTED,
+        "cookie": REDACTED,
+        "x-trace": REDACTED,
+    }
+    assert summary["body"] == {"name": "n", "password": REDACTED, "nested": {"api_key": REDACTED}}
+    assert "hunter2" not in json.dumps(summary)
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_proxy_credentials_bind_the_connection_and_are_stripped():
+    binder = TaskBinder(default_task=None)
+    connect = tflow.tflow()
+    connect.request.method = "CONNECT"
+    connect.request.headers["Proxy-Authorization"] = _basic("312", "att-1")
+    binder.http_connect(connect)
+    inner = tflow.tflow()
+    inner.client_conn = connect.client_conn
+    inner.request.headers["X-Sidecar-Task"] = "999"
+    binder.requestheaders(inner)
+    bind = inner.metadata[METADATA]
+    assert (bind.task, bind.attempt_id, bind.source) == ("312", "att-1", "credentials")
+    assert "X-Sidecar-Task" not in inner.request.headers
+
+
+def test_without_credentials_the_header_then_the_default_task_binds():
+    binder = TaskBinder(default_task="7")
+    flow = tflow.tflow()
+    flow.request.headers["X-Sidecar-Task"] = "312"
+    binder.requestheaders(flow)
+    assert (flow.metadata[METADATA].task, flow.metadata[METADATA].source) == ("312", "header")
+    plain = tflow.tflow()
+    binder.requestheaders(plain)
+    assert (plain.metadata[METADATA].task, plain.metadata[METADATA].source) == ("7", "default")
+
+
+def test_the_gate_answers_503_until_opened():
+    gate = ReadinessGate()
+    early = tflow.tflow()
+    gate.requestheaders(early)
+    assert early.response.status_code == 503
+    gate.open()
+    later = tflow.tflow()
+    gate.requestheaders(later)
+    assert later.response is None
+
+
+def test_tls_is_opened_only_for_hosts_an_effect_rule_or_route_concerns(tmp_path: Path):
+    file = tmp_path / "r.yaml"
+    file.write_text(
+        "rules:\n"
+        "  - {name: a, match: {host: '*.example.com', method: POST}, effect: non_idempotent}\n"
+        "  - {name: b, match: {host: 'api.x.test:8443', method: POST}, effect: cache}\n"
+        "  - {name: c, match: {host: reads.test}, effect: read}\n"
+    )
+    patterns = interception_hosts(load_rules([file]), Routes.parse(["gh.test=http://h:1"]))
+    assert patterns == ["^.*\\.example\\.com:\\d+$", "^api\\.x\\.test:8443$", "^gh\\.test:\\d+$"]
+    wildcard = tmp_path / "w.yaml"
+    wildcard.write_text("rules:\n  - {name: w, match: {host: '*'}, effect: non_idempotent}\n")
+    assert interception_hosts(load_rules([wildcard]), Routes.parse([])) is None
