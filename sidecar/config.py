@@ -6,14 +6,15 @@ Every ``sidecar serve`` flag has a field here of the same name (``--control-list
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sidecar.errors import ConfigError
 
@@ -102,27 +103,22 @@ class Settings(BaseModel):
         return self.control_token.get_secret_value() if self.control_token else None
 
 
-class _EnvLayer(BaseSettings):
-    """``SIDECAR_*`` variables; unset ones stay None so they do not mask the file."""
-
-    model_config = SettingsConfigDict(env_prefix="SIDECAR_", extra="ignore")
-
-    data_dir: str | None = None
-    store: str | None = None
-    control_listen: str | None = None
-    control_token_file: str | None = None
-    control_token: str | None = None
-    log_level: str | None = None
-    proxy_listen: str | None = None
-    mode: str | None = None
-    rules: list[str] | None = None
-    route: list[str] | None = None
-    upstream_ca: str | None = None
-    task: str | None = None
-    worker: str | None = None
-    lease_ttl_s: float | None = None
-    self_fence_margin_s: float | None = None
-    store_retry_s: float | None = None
+def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``SIDECAR_<FIELD>`` variables; list fields take JSON (``["a", "b"]``) or commas."""
+    values: dict[str, Any] = {}
+    for name, info in Settings.model_fields.items():
+        raw = environ.get(f"SIDECAR_{name.upper()}")
+        if raw is None:
+            continue
+        if get_origin(info.annotation) is list:
+            values[name] = (
+                json.loads(raw)
+                if raw.lstrip().startswith("[")
+                else [item.strip() for item in raw.split(",") if item.strip()]
+            )
+        else:
+            values[name] = raw
+    return values
 
 
 def _file_layer(path: Path) -> dict[str, Any]:
@@ -144,7 +140,10 @@ def load(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
     layers: list[tuple[str, dict[str, Any]]] = []
     if config_file is not None:
         layers.append((f"config file {config_file}", _file_layer(config_file)))
-    layers.append(("environment (SIDECAR_*)", _EnvLayer().model_dump(exclude_none=True)))
+    try:
+        layers.append(("environment (SIDECAR_*)", _env_layer(os.environ)))
+    except ValueError as exc:
+        raise ConfigError(f"a SIDECAR_* list variable is not valid JSON: {exc}") from exc
     layers.append(("command line", {k: v for k, v in flags.items() if v is not None}))
     merged: dict[str, Any] = {}
     origin: dict[str, str] = {}

@@ -6,7 +6,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from sidecar.clock import Clock, SystemClock
-from sidecar.control import history, openapi, ops, tasks
+from sidecar.control import history, ops, tasks
 from sidecar.control.auth import bearer_middleware
 from sidecar.control.keys import CLOCK, METRICS, PROXY, STORE, ProxyInfo
 from sidecar.control.problems import problem_middleware
@@ -36,7 +36,7 @@ def make_app(
     app[METRICS] = metrics or Metrics()
     if proxy is not None:
         app[PROXY] = proxy
-    app[ops.OPENAPI] = openapi.build(e for api in APIS for e in api.endpoints)
+    app[ops.ENDPOINTS] = tuple(e for api in APIS for e in api.endpoints)
     for api in APIS:
         app.add_routes(api.routes)
     return app

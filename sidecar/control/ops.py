@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 from aiohttp import web
 
-from sidecar.control.endpoints import Api, json_answer
+from sidecar.control.endpoints import Api, Endpoint, json_answer
 from sidecar.control.keys import METRICS, PROXY, STORE
+from sidecar.control.openapi import build as build_openapi
 from sidecar.control.schemas import Health, ProxyOut, Readiness
 from sidecar.errors import NotFound
 
 api = Api("operations")
-OPENAPI = web.AppKey("openapi", dict)
+#: Every endpoint of the app; the document is built from them on first request (building
+#: JSON Schemas for every model costs memory a sidecar that is never asked would waste).
+ENDPOINTS: web.AppKey[tuple[Endpoint, ...]] = web.AppKey("endpoints")
 
 
 @api.route("GET", "/healthz", summary="The process is alive.", answer=Health)
@@ -81,4 +85,10 @@ async def proxy_info(request: web.Request) -> web.Response:
 
 @api.route("GET", "/openapi.json", summary="This document.", problems=("unauthorized",))
 async def openapi(request: web.Request) -> web.Response:
-    return web.Response(text=json.dumps(request.app[OPENAPI]), content_type="application/json")
+    endpoints = request.app[ENDPOINTS]
+    return web.Response(text=_document(endpoints), content_type="application/json")
+
+
+@functools.cache
+def _document(endpoints: tuple[Endpoint, ...]) -> str:
+    return json.dumps(build_openapi(endpoints))

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import random
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from typing import Protocol
 from yarl import URL
 
 from sidecar import failpoints
+from sidecar.aio import spawn
 from sidecar.clock import Clock
 from sidecar.domain.ids import idempotency_key
 from sidecar.domain.model import Effect, EffectState, RecordedResponse
@@ -39,7 +41,6 @@ from sidecar.errors import (
     PayloadTooLarge,
     ProbeFailed,
     SidecarError,
-    StaleGeneration,
     StoreUnavailable,
     TaskUnbound,
     Unavailable,
@@ -59,6 +60,8 @@ from sidecar.store import Store
 log = logging.getLogger("sidecar.effects")
 
 SETTLE_WAIT_MAX_S = 30.0
+COMPLETED_CACHE = 4096  # completed effects kept in memory for replays
+NOTED_MAX = 65536  # (attempt, effect, event) audit lines remembered as already written
 
 
 class Sender(Protocol):
@@ -141,6 +144,8 @@ class EffectGuard:
         self._metrics = metrics
         self._store_retry_s = store_retry_s
         self._in_flight: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._completed: OrderedDict[tuple[str, str], Effect] = OrderedDict()
+        self._noted: set[tuple[str, str, str, str, str | None]] = set()
 
     async def handle(
         self, binding: Binding | None, match: RuleMatch, request: AgentRequest
@@ -182,19 +187,15 @@ class EffectGuard:
                 # outcome instead of sending it a second time.
                 await asyncio.shield(running)
                 continue
+            if (known := self._completed.get(slot)) is not None:
+                return self._replay(binding, rule, known, fingerprint)
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._in_flight[slot] = done
             try:
-                existing = await self._store.effect(binding.task, key)
-                if existing is None:
-                    answer = await self._first_try(binding, match, request, key, fingerprint)
-                else:
-                    answer = await self._again(binding, match, request, existing, fingerprint)
+                return await self._first_try(binding, match, request, key, fingerprint)
             finally:
                 del self._in_flight[slot]
                 done.set_result(None)
-            if answer is not None:
-                return answer
 
     # ---- the effect was never seen --------------------------------------------------
 
@@ -205,7 +206,9 @@ class EffectGuard:
         request: AgentRequest,
         key: str,
         fingerprint: str,
-    ) -> Answer | None:
+    ) -> Answer:
+        # Try to log the effect straight away: a new effect needs nothing more, and one
+        # already logged comes back with the refusal - one store round trip either way.
         time_left = await self._bindings.with_time_left(binding)  # self-fencing
         facts = request.facts
         summary = request_summary(
@@ -231,8 +234,8 @@ class EffectGuard:
                     request=summary,
                 )
             )
-        except EffectExists:
-            return None  # another sidecar logged it a moment ago: look again
+        except EffectExists as logged:
+            return await self._again(binding, match, request, logged.existing, fingerprint)
         failpoints.reach("effect.after_pending")
         return await self._forward(binding, match, request, effect, time_left, "recorded")
 
@@ -245,10 +248,11 @@ class EffectGuard:
         request: AgentRequest,
         effect: Effect,
         fingerprint: str,
-    ) -> Answer | None:
+    ) -> Answer:
         rule = match.rule
         if effect.state is EffectState.COMPLETED:
-            return await self._replay(binding, rule, effect, fingerprint)
+            self._remember(effect)
+            return self._replay(binding, rule, effect, fingerprint)
         if effect.state is EffectState.PENDING:
             # Pending, yet not in flight in this sidecar: whoever sent it died (or a stale
             # worker is still waiting for its answer). Its outcome is unknown.
@@ -267,22 +271,18 @@ class EffectGuard:
             return await self._retry(binding, match, request, effect, "recorded")
         return await self._resolve_unknown(binding, match, request, effect)
 
-    async def _replay(
-        self, binding: Binding, rule: Rule, effect: Effect, fingerprint: str
-    ) -> Answer:
+    def _replay(self, binding: Binding, rule: Rule, effect: Effect, fingerprint: str) -> Answer:
+        """Answer from the log.  Nothing is forwarded, so the audit line need not be durable
+        before the answer: it is written in the background (and logged if it cannot be)."""
         divergent = effect.fingerprint != fingerprint
         if divergent and rule.on_divergence is OnDivergence.REJECT:
-            await self._note(binding, effect, "divergent", "rejected: payload differs")
+            self._note_later(binding, effect, "divergent", "rejected: payload differs")
             raise PayloadMismatch(
                 f"task {binding.task}: effect {effect.key!r} was already performed with a "
                 "different payload (rule on_divergence: reject)"
             )
-        await self._note(
-            binding,
-            effect,
-            "replayed",
-            "payload differs from the recorded one" if divergent else None,
-        )
+        detail = "payload differs from the recorded one" if divergent else None
+        self._note_later(binding, effect, "replayed", detail)
         response = effect.response
         assert response is not None  # completed effects always carry their response
         headers = [*response.headers, ("X-Sidecar-Effect", "replayed")]
@@ -292,9 +292,17 @@ class EffectGuard:
         log.info("effect replayed", extra=_fields(binding, rule) | {"effect_key": effect.key})
         return Answer(response.status, tuple(headers), response.body, "replayed")
 
+    def _remember(self, effect: Effect) -> None:
+        """Keep a completed effect at hand: completed is final, so the copy never goes stale."""
+        slot = (effect.task, effect.key)
+        self._completed[slot] = effect
+        self._completed.move_to_end(slot)
+        while len(self._completed) > COMPLETED_CACHE:
+            self._completed.popitem(last=False)
+
     async def _resolve_unknown(
         self, binding: Binding, match: RuleMatch, request: AgentRequest, effect: Effect
-    ) -> Answer | None:
+    ) -> Answer:
         rule = match.rule
         if rule.on_unknown is OnUnknown.BLOCK:
             raise EffectUnknown(
@@ -379,7 +387,7 @@ class EffectGuard:
     async def _complete_from_evidence(
         self, binding: Binding, rule: Rule, effect: Effect, evidence: RecordedResponse
     ) -> Answer:
-        await self._durably(
+        completed = await self._durably(
             lambda: self._store.transition_effect(
                 binding.task,
                 effect.key,
@@ -390,7 +398,8 @@ class EffectGuard:
                 detail="completed from probe evidence",
             )
         )
-        await self._note(binding, effect, "probed", "found in the outside world")
+        self._remember(completed)
+        self._note_later(binding, effect, "probed", "found in the outside world")
         await self._checkpoint(binding, rule, evidence)
         log.info("effect probed: found", extra=_fields(binding, rule) | {"effect_key": effect.key})
         headers = (*evidence.headers, ("X-Sidecar-Effect", "probed"))
@@ -455,7 +464,7 @@ class EffectGuard:
         recorded = RecordedResponse(
             reply.status, recordable_response_headers(reply.headers), reply.body
         )
-        await self._durably(
+        final = await self._durably(
             lambda: self._store.transition_effect(
                 binding.task,
                 effect.key,
@@ -468,6 +477,7 @@ class EffectGuard:
         )
         failpoints.reach("effect.after_record")
         if state is EffectState.COMPLETED:
+            self._remember(final)
             await self._checkpoint(binding, rule, recorded)
         log.info(
             "effect %s: upstream %s",
@@ -510,18 +520,32 @@ class EffectGuard:
             # The effect itself is recorded; the stage marker can be written again later.
             log.warning("checkpoint %s not written: %s", spec.stage, error.detail)
 
-    async def _note(self, binding: Binding, effect: Effect, event: str, detail: str | None) -> None:
-        try:
-            await self._durably(
-                lambda: self._store.note_effect(
-                    binding.task, effect.key, binding.attempt_id, binding.generation, event, detail
+    def _note_later(self, binding: Binding, effect: Effect, event: str, detail: str | None) -> None:
+        # One audit line per attempt, effect and kind of event says who replayed what; an
+        # agent retrying a call in a loop must not turn into a write per retry.
+        seen = (binding.attempt_id, effect.task, effect.key, event, detail)
+        if seen in self._noted:
+            return
+        if len(self._noted) >= NOTED_MAX:
+            self._noted.clear()
+        self._noted.add(seen)
+
+        async def write() -> None:
+            try:
+                await self._durably(
+                    lambda: self._store.note_effect(
+                        binding.task,
+                        effect.key,
+                        binding.attempt_id,
+                        binding.generation,
+                        event,
+                        detail,
+                    )
                 )
-            )
-        except StaleGeneration:
-            raise
-        except SidecarError as error:
-            # A replay forwards nothing, so a missing audit line is not worth failing it.
-            log.warning("audit line %s for %s not written: %s", event, effect.key, error.detail)
+            except SidecarError as error:
+                log.warning("audit line %s for %s not written: %s", event, effect.key, error.detail)
+
+        spawn(write(), name=f"note:{binding.task}:{event}")
 
     async def _durably[T](self, write: Callable[[], Awaitable[T]]) -> T:
         """Run a store write, retrying an unavailable store with backoff and jitter."""

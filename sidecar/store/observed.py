@@ -43,6 +43,8 @@ class MetricsObserver(WriteObserver):
             m.checkpoint_write_seconds.observe(seconds)
         if isinstance(result, Claim):
             m.claims.labels("granted").inc()
+        if not log.isEnabledFor(logging.INFO):
+            return  # the line below is built only if someone will read it
         fields = _context(command, result)
         if isinstance(result, Claim) and result.previous_attempt_id:
             fields["previous_attempt_id"] = result.previous_attempt_id

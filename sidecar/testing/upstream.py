@@ -14,6 +14,7 @@ prints ``upstream ready http://HOST:PORT`` and serves:
 * ``POST /upload`` - reads a body of any size as a stream and answers its length;
 * ``GET /slow?delay=S`` / ``POST /slow/things`` - answer after S seconds (default 5);
 * ``POST /broken/things`` - creates the thing, then answers 500 (an unknown outcome);
+* ``GET /fast`` and ``POST /effects/{id}`` - minimal answers, for benchmarks;
 * ``GET /_upstream/counts`` - how many requests each ``METHOD path`` got, and how many
   charges and things exist: what the tests check afterwards.
 
@@ -59,6 +60,8 @@ def make_app() -> web.Application:
             web.get("/slow", slow),
             web.post("/slow/things", slow_thing),
             web.post("/broken/things", broken_thing),
+            web.get("/fast", fast),
+            web.post("/effects/{id}", effect),
             web.get("/_upstream/counts", counts),
             web.get("/_upstream/things", all_things),
         ]
@@ -153,6 +156,15 @@ async def slow_thing(request: web.Request) -> web.Response:
 async def broken_thing(request: web.Request) -> web.Response:
     _new_thing(request, await request.json())
     return web.json_response({"message": "internal error"}, status=500)
+
+
+async def fast(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def effect(request: web.Request) -> web.Response:
+    await request.read()
+    return web.json_response({"id": request.match_info["id"]}, status=201)
 
 
 async def counts(request: web.Request) -> web.Response:

@@ -70,3 +70,14 @@ def test_the_token_comes_from_its_file_stripped(tmp_path):
     token_file.write_text("\n")
     with pytest.raises(ConfigError, match="empty"):
         config.load({"control_token_file": token_file}).token()
+
+
+def test_list_settings_come_from_json_or_commas_in_the_environment(monkeypatch):
+    monkeypatch.setenv("SIDECAR_ROUTE", '["a.test=http://127.0.0.1:1", "b.test=http://h:2"]')
+    monkeypatch.setenv("SIDECAR_RULES", "rules/a.yaml, rules/b.yaml")
+    settings = config.load({})
+    assert settings.route == ["a.test=http://127.0.0.1:1", "b.test=http://h:2"]
+    assert [str(p) for p in settings.rules] == ["rules/a.yaml", "rules/b.yaml"]
+    monkeypatch.setenv("SIDECAR_ROUTE", "[not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        config.load({})

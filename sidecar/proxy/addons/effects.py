@@ -73,6 +73,10 @@ class EffectAddon:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
             return
+        # Most traffic is to hosts no effect rule names: decide that before parsing more.
+        if not self.rules.may_match_host(flow.request.pretty_host, flow.request.port):
+            flow.request.stream = True
+            return
         match = self.rules.match(_facts(flow, None))
         if match is None or not match.rule.logged:
             flow.request.stream = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,19 @@ def thing(
     name: str, host: str = "api.things.test", path: str = "/repos/acme/app/things", **body: Any
 ) -> dict[str, Any]:
     return {"method": "POST", "url": f"https://{host}{path}", "json": {"name": name} | body}
+
+
+def settled_effects(
+    stack: Stack, task: str, events: int, timeout: float = 10.0
+) -> list[dict[str, Any]]:
+    """The task's effects once the first one has ``events`` audit lines.
+
+    Replay and probe notes are written after the agent is answered (they forward
+    nothing), so a test that reads the trail right after the answer polls briefly.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        effects = stack.effects(task)
+        if (effects and len(effects[0]["events"]) >= events) or time.monotonic() > deadline:
+            return effects
+        time.sleep(0.05)

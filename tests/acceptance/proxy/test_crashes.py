@@ -14,7 +14,14 @@ from contextlib import closing
 
 import pytest
 
-from tests.acceptance.proxy.conftest import charge, results, run_agent, start_agent, thing
+from tests.acceptance.proxy.conftest import (
+    charge,
+    results,
+    run_agent,
+    settled_effects,
+    start_agent,
+    thing,
+)
 
 pytestmark = pytest.mark.acceptance
 
@@ -35,7 +42,7 @@ def test_sidecar_killed_after_the_upstream_answered_is_probed_not_sent_again(mak
     assert again["x-sidecar-effect"] == "probed"
     assert again["body"]["name"] == "gear"
     assert stack.counts()["things"] == 1
-    (effect,) = stack.effects("312")
+    (effect,) = settled_effects(stack, "312", events=4)
     assert [e["event"] for e in effect["events"]] == [
         "pending",
         "unknown",

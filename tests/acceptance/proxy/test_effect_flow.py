@@ -10,7 +10,14 @@ from contextlib import closing
 import pytest
 import requests
 
-from tests.acceptance.proxy.conftest import charge, results, run_agent, start_agent, thing
+from tests.acceptance.proxy.conftest import (
+    charge,
+    results,
+    run_agent,
+    settled_effects,
+    start_agent,
+    thing,
+)
 
 pytestmark = pytest.mark.acceptance
 
@@ -29,7 +36,7 @@ def test_a_killed_agents_recorded_charge_is_replayed_not_repeated(stack):
     assert again["idempotent-replayed"] == "true"
     assert again["body"] == recorded["body"]
     assert stack.counts()["requests"] == {"POST /v1/charges": 1}
-    (effect,) = stack.effects("312")
+    (effect,) = settled_effects(stack, "312", events=3)
     assert [e["event"] for e in effect["events"]] == ["pending", "completed", "replayed"]
     assert effect["events"][2]["attempt_id"] != effect["origin_attempt_id"]
 
@@ -67,7 +74,7 @@ def test_a_divergent_payload_is_replayed_and_flagged(stack):
     assert again["x-sidecar-divergent"] == "true"
     assert again["body"]["name"] == "widget"
     assert stack.counts()["things"] == 1
-    (effect,) = stack.effects("312")
+    (effect,) = settled_effects(stack, "312", events=3)
     assert effect["events"][-1]["detail"] == "payload differs from the recorded one"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -265,3 +266,18 @@ async def test_a_body_over_the_rules_limit_is_refused(world):
     answer = await call(world, "312", big)
     assert answer.status == 413
     assert upstream.sent == []
+
+
+async def test_replays_come_from_memory_and_are_audited_once_per_attempt(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(reply(201, {"id": 1}))
+    charge = request("pay.test", "/charges", {"order": "o-1"})
+    await call(world, "312", charge)
+    answers = [await call(world, "312", charge) for _ in range(5)]
+    assert {a.disposition for a in answers} == {"replayed"}
+    assert dict(answers[0].headers)["Idempotent-Replayed"] == "true"
+    assert len(upstream.sent) == 1
+    await asyncio.sleep(0)  # let the background audit line land
+    events = [e.event for e in await store.effect_events("312")]
+    assert events == ["pending", "completed", "replayed"]
