@@ -93,6 +93,7 @@ def _new_thing(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
         "name": body.get("name"),
         "repo": f"{request.match_info.get('owner', '-')}/{request.match_info.get('repo', '-')}",
         "authorization": request.headers.get("Authorization"),
+        "headers": sorted(name.lower() for name in request.headers),
     }
     state["things"].append(thing)
     return thing

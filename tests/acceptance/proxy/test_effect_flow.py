@@ -171,6 +171,9 @@ def test_the_task_header_binds_a_request_and_is_not_forwarded(stack):
     )
     assert answer.headers["X-Sidecar-Effect"] == "recorded"
     assert [e["key"] for e in stack.effects("77")] == ["acme/app#thing:by-header"]
+    (seen,) = stack.things()
+    assert "x-sidecar-task" not in seen["headers"]
+    assert "proxy-authorization" not in seen["headers"]
 
 
 def test_secrets_never_reach_the_effect_log(stack):
