@@ -11,7 +11,8 @@ Check the log first, then record the outcome - around every intercepted effect:
 
 The store is written *before* anything is forwarded and *before* anything is answered; if
 it cannot be written within a bounded retry, the request is refused (503
-``store_unavailable``) and nothing is forwarded: the sidecar fails closed.
+``store_unavailable``) and nothing is forwarded: the sidecar fails closed.  What depends
+on the protocol (naming, replaying, judging and probing an effect) is a codec's job.
 """
 
 from __future__ import annotations
@@ -21,12 +22,9 @@ import json
 import logging
 import random
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
-
-from yarl import URL
 
 from sidecar import failpoints
 from sidecar.aio import spawn
@@ -39,22 +37,19 @@ from sidecar.errors import (
     EffectUnknown,
     PayloadMismatch,
     PayloadTooLarge,
-    ProbeFailed,
     SidecarError,
     StoreUnavailable,
     TaskUnbound,
-    Unavailable,
     UpstreamFailed,
 )
 from sidecar.metrics import Metrics
-from sidecar.problems import PROBLEM_JSON, error_body
 from sidecar.proxy.bindings import Binding, Bindings
+from sidecar.proxy.codecs import Codec, Content, Described, GitPushCodec, HttpCodec, codec_for
+from sidecar.proxy.exchange import AgentRequest, Answer, Sender, refusal
 from sidecar.proxy.redact import recordable_response_headers, request_summary
 from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.rules import EffectKind, OnDivergence, OnUnknown, RuleMatch, RuleSet
-from sidecar.rules.matcher import HttpRequestFacts
 from sidecar.rules.model import Rule
-from sidecar.rules.templates import TemplateValueMissing
 from sidecar.store import Store
 
 log = logging.getLogger("sidecar.effects")
@@ -64,64 +59,23 @@ COMPLETED_CACHE = 4096  # completed effects kept in memory for replays
 NOTED_MAX = 65536  # (attempt, effect, event) audit lines remembered as already written
 
 
-class Sender(Protocol):
-    """Where the guard sends effects and probes (:class:`sidecar.proxy.upstream.Upstream`)."""
-
-    def url(self, scheme: str, host: str, port: int | None, path_and_query: str) -> URL: ...
-
-    async def send(
-        self,
-        method: str,
-        url: URL,
-        headers: Iterable[tuple[str, str]],
-        body: bytes | None,
-        *,
-        timeout_s: float,
-    ) -> Reply: ...
-
-
 @dataclass(frozen=True, slots=True)
-class AgentRequest:
-    """The agent's request as the guard needs it."""
+class Call:
+    """One matched request on its way through the flow."""
 
-    facts: HttpRequestFacts
-    scheme: str
-    target: str  # path and query exactly as sent
-    headers: tuple[tuple[str, str], ...]  # as sent, order and case kept
+    binding: Binding
+    match: RuleMatch
+    request: AgentRequest
+    described: Described
+    codec: Codec
 
     @property
-    def body(self) -> bytes:
-        return self.facts.body or b""
+    def rule(self) -> Rule:
+        return self.match.rule
 
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What the agent gets back; ``disposition`` is the X-Sidecar-Effect value."""
-
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-    disposition: str
-
-
-def refusal(error: SidecarError) -> Answer:
-    status, body = error_body(error)
-    headers: list[tuple[str, str]] = [
-        ("Content-Type", PROBLEM_JSON),
-        ("X-Sidecar-Effect", "refused"),
-    ]
-    if isinstance(error, Unavailable) and error.retry_after_s is not None:
-        headers.append(("Retry-After", str(max(1, round(error.retry_after_s)))))
-    return Answer(status, tuple(headers), body, "refused")
-
-
-def _classify(kind: EffectKind, status: int) -> EffectState:
-    if kind is EffectKind.CACHE:
-        # Only successes are worth answering from the log; anything else is asked again.
-        return EffectState.COMPLETED if 200 <= status < 300 else EffectState.FAILED
-    if status >= 500:
-        return EffectState.UNKNOWN  # the upstream may or may not have acted
-    return EffectState.COMPLETED if status < 400 else EffectState.FAILED
+    @property
+    def fields(self) -> dict[str, object]:
+        return _fields(self.binding, self.rule) | {"effect_key": self.described.key}
 
 
 class EffectGuard:
@@ -137,12 +91,13 @@ class EffectGuard:
         store_retry_s: float = 2.0,
     ) -> None:
         self._store = store
-        self._rules = rules
         self._bindings = bindings
         self._upstream = upstream
         self._clock = clock
         self._metrics = metrics
         self._store_retry_s = store_retry_s
+        self._http = HttpCodec(rules)
+        self._git = GitPushCodec()
         self._in_flight: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._completed: OrderedDict[tuple[str, str], Effect] = OrderedDict()
         self._noted: set[tuple[str, str, str, str, str | None]] = set()
@@ -178,9 +133,9 @@ class EffectGuard:
                 f"rule {rule.name} records bodies up to {rule.max_body_bytes} bytes; "
                 f"this one has {len(request.body)}"
             )
-        key = self._rules.effect_key(match, request.facts)
-        fingerprint = self._rules.fingerprint(request.facts)
-        slot = (binding.task, key)
+        codec = codec_for(rule, self._http, self._git)
+        call = Call(binding, match, request, codec.describe(match, request), codec)
+        slot = (binding.task, call.described.key)
         while True:
             if (running := self._in_flight.get(slot)) is not None:
                 # The same effect is being forwarded right now by this sidecar: wait for its
@@ -188,29 +143,22 @@ class EffectGuard:
                 await asyncio.shield(running)
                 continue
             if (known := self._completed.get(slot)) is not None:
-                return self._replay(binding, rule, known, fingerprint)
+                return self._replay(call, known)
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._in_flight[slot] = done
             try:
-                return await self._first_try(binding, match, request, key, fingerprint)
+                return await self._first_try(call)
             finally:
                 del self._in_flight[slot]
                 done.set_result(None)
 
     # ---- the effect was never seen --------------------------------------------------
 
-    async def _first_try(
-        self,
-        binding: Binding,
-        match: RuleMatch,
-        request: AgentRequest,
-        key: str,
-        fingerprint: str,
-    ) -> Answer:
+    async def _first_try(self, call: Call) -> Answer:
         # Try to log the effect straight away: a new effect needs nothing more, and one
         # already logged comes back with the refusal - one store round trip either way.
-        time_left = await self._bindings.with_time_left(binding)  # self-fencing
-        facts = request.facts
+        time_left = await self._bindings.with_time_left(call.binding)  # self-fencing
+        request, facts, binding = call.request, call.request.facts, call.binding
         summary = request_summary(
             facts.method,
             request.scheme,
@@ -218,79 +166,65 @@ class EffectGuard:
             facts.path,
             request.target.partition("?")[2],
             request.headers,
-            request.body,
+            None if call.described.push is not None else request.body,
         )
         try:
             effect = await self._durably(
                 lambda: self._store.record_pending(
                     binding.task,
-                    key,
+                    call.described.key,
                     binding.attempt_id,
                     binding.generation,
-                    kind="http",
-                    rule=match.rule.name,
-                    fingerprint=fingerprint,
-                    idempotency_key=idempotency_key(binding.attempt_id, key),
-                    request=summary,
+                    kind="git" if call.described.push is not None else "http",
+                    rule=call.rule.name,
+                    fingerprint=call.described.fingerprint,
+                    idempotency_key=idempotency_key(binding.attempt_id, call.described.key),
+                    request=summary | call.described.summary,
                 )
             )
         except EffectExists as logged:
-            return await self._again(binding, match, request, logged.existing, fingerprint)
+            return await self._again(call, logged.existing)
         failpoints.reach("effect.after_pending")
-        return await self._forward(binding, match, request, effect, time_left, "recorded")
+        return await self._forward(call, effect, time_left, "recorded")
 
     # ---- the effect is in the log -----------------------------------------------------
 
-    async def _again(
-        self,
-        binding: Binding,
-        match: RuleMatch,
-        request: AgentRequest,
-        effect: Effect,
-        fingerprint: str,
-    ) -> Answer:
-        rule = match.rule
+    async def _again(self, call: Call, effect: Effect) -> Answer:
         if effect.state is EffectState.COMPLETED:
             self._remember(effect)
-            return self._replay(binding, rule, effect, fingerprint)
+            return self._replay(call, effect)
         if effect.state is EffectState.PENDING:
             # Pending, yet not in flight in this sidecar: whoever sent it died (or a stale
             # worker is still waiting for its answer). Its outcome is unknown.
-            effect = await self._durably(
-                lambda: self._store.transition_effect(
-                    binding.task,
-                    effect.key,
-                    binding.attempt_id,
-                    binding.generation,
-                    EffectState.UNKNOWN,
-                    detail="found pending with no live request in this sidecar",
-                )
+            effect = await self._transition(
+                call, effect, EffectState.UNKNOWN, "found pending with no live request here"
             )
-        if rule.effect is EffectKind.CACHE or effect.state is EffectState.FAILED:
+        if call.rule.effect is EffectKind.CACHE or effect.state is EffectState.FAILED:
             # A model call is safe to ask again; a definitive failure changed nothing.
-            return await self._retry(binding, match, request, effect, "recorded")
-        return await self._resolve_unknown(binding, match, request, effect)
+            return await self._retry(call, effect)
+        return await self._resolve_unknown(call, effect)
 
-    def _replay(self, binding: Binding, rule: Rule, effect: Effect, fingerprint: str) -> Answer:
+    def _replay(self, call: Call, effect: Effect) -> Answer:
         """Answer from the log.  Nothing is forwarded, so the audit line need not be durable
         before the answer: it is written in the background (and logged if it cannot be)."""
-        divergent = effect.fingerprint != fingerprint
-        if divergent and rule.on_divergence is OnDivergence.REJECT:
-            self._note_later(binding, effect, "divergent", "rejected: payload differs")
-            raise PayloadMismatch(
-                f"task {binding.task}: effect {effect.key!r} was already performed with a "
-                "different payload (rule on_divergence: reject)"
-            )
+        divergent = effect.fingerprint != call.described.fingerprint
+        if divergent and call.rule.on_divergence is OnDivergence.REJECT:
+            self._note_later(call.binding, effect, "divergent", "rejected: payload differs")
+            rejected = call.codec.reject(effect, call.described)
+            if rejected is None:
+                raise PayloadMismatch(
+                    f"task {call.binding.task}: effect {effect.key!r} was already performed "
+                    "with a different payload (rule on_divergence: reject)"
+                )
+            return _answer(rejected, "refused")
         detail = "payload differs from the recorded one" if divergent else None
-        self._note_later(binding, effect, "replayed", detail)
-        response = effect.response
-        assert response is not None  # completed effects always carry their response
-        headers = [*response.headers, ("X-Sidecar-Effect", "replayed")]
-        headers.append(("Idempotent-Replayed", "true"))
+        self._note_later(call.binding, effect, "replayed", detail)
+        content = call.codec.replay(effect, call.described)
+        extra = [("X-Sidecar-Effect", "replayed"), ("Idempotent-Replayed", "true")]
         if divergent:
-            headers.append(("X-Sidecar-Divergent", "true"))
-        log.info("effect replayed", extra=_fields(binding, rule) | {"effect_key": effect.key})
-        return Answer(response.status, tuple(headers), response.body, "replayed")
+            extra.append(("X-Sidecar-Divergent", "true"))
+        log.info("effect replayed", extra=call.fields)
+        return Answer(content.status, (*content.headers, *extra), content.body, "replayed")
 
     def _remember(self, effect: Effect) -> None:
         """Keep a completed effect at hand: completed is final, so the copy never goes stale."""
@@ -300,145 +234,80 @@ class EffectGuard:
         while len(self._completed) > COMPLETED_CACHE:
             self._completed.popitem(last=False)
 
-    async def _resolve_unknown(
-        self, binding: Binding, match: RuleMatch, request: AgentRequest, effect: Effect
-    ) -> Answer:
-        rule = match.rule
+    async def _resolve_unknown(self, call: Call, effect: Effect) -> Answer:
+        rule = call.rule
         if rule.on_unknown is OnUnknown.BLOCK:
             raise EffectUnknown(
-                binding.task,
+                call.binding.task,
                 effect.key,
-                f"task {binding.task}: the outcome of {effect.key!r} (attempt "
+                f"task {call.binding.task}: the outcome of {effect.key!r} (attempt "
                 f"{effect.attempt_id}) is unknown and rule {rule.name} has no probe and no "
                 "safe retry: CANNOT DETERMINE - a human must check the outside world "
-                f"(see `sidecar effects {binding.task}`)",
+                f"(see `sidecar effects {call.binding.task}`)",
             )
         if rule.on_unknown is OnUnknown.PROBE:
             # (A retry needs no settling: the API dedupes on the idempotency key we resend.)
-            await self._settle(binding, rule, effect)
-            evidence = await self._probe(match, request)
+            await self._settle(call, effect)
+            evidence = await call.codec.probe(
+                self._upstream, call.match, call.request, effect, call.described
+            )
             if evidence is not None:
-                return await self._complete_from_evidence(binding, rule, effect, evidence)
-        return await self._retry(binding, match, request, effect, "recorded")
+                return await self._complete_from_evidence(call, effect, evidence)
+        return await self._retry(call, effect)
 
-    async def _settle(self, binding: Binding, rule: Rule, effect: Effect) -> None:
+    async def _settle(self, call: Call, effect: Effect) -> None:
         """Wait until whoever left the effect unresolved can no longer land it (SPEC §3.5b)."""
         since: datetime = effect.updated_at
-        if effect.attempt_id != binding.attempt_id:
+        if effect.attempt_id != call.binding.attempt_id:
             earlier = await self._store.attempt(effect.attempt_id)
             if earlier is not None and earlier.lease_until is not None:
                 since = max(since, earlier.lease_until)
-        settled_at = since + timedelta(seconds=rule.timeout_s)
+        settled_at = since + timedelta(seconds=call.rule.timeout_s)
         wait = (settled_at - self._clock.now()).total_seconds()
         if wait <= 0:
             return
         if wait > SETTLE_WAIT_MAX_S:
             raise EffectSettling(
-                f"task {binding.task}: attempt {effect.attempt_id} could still land "
+                f"task {call.binding.task}: attempt {effect.attempt_id} could still land "
                 f"{effect.key!r} until {settled_at.isoformat()}; it is checked after that",
                 retry_after_s=wait,
             )
-        log.info(
-            "waiting %.1fs for an earlier attempt's request to settle",
-            wait,
-            extra=_fields(binding, rule) | {"effect_key": effect.key},
-        )
+        log.info("waiting %.1fs for an earlier request to settle", wait, extra=call.fields)
         await asyncio.sleep(wait)
 
-    async def _probe(self, match: RuleMatch, request: AgentRequest) -> RecordedResponse | None:
-        rule = match.rule
-        spec = rule.probe
-        assert spec is not None  # the rule model requires a probe for on_unknown: probe
-        facts = request.facts
-        try:
-            target = spec.request.path.render(facts, match.params)
-            extra = {n: t.render(facts, match.params) for n, t in spec.request.headers.items()}
-        except TemplateValueMissing as missing:
-            raise ProbeFailed(f"rule {rule.name}: cannot build the probe: {missing}") from missing
-        host = spec.request.host or facts.host
-        url = self._upstream.url(request.scheme, host, facts.port, target)
-        # The agent's own credentials authorise the probe, as they did the request.
-        skip = {"content-type", "content-encoding", "content-length"}
-        if rule.idempotency_header:
-            skip.add(rule.idempotency_header.lower())
-        headers = [(n, v) for n, v in request.headers if n.lower() not in skip]
-        headers += list(extra.items())
-        try:
-            reply = await self._upstream.send(
-                spec.request.method, url, headers, None, timeout_s=rule.timeout_s
-            )
-        except UpstreamError as error:
-            raise ProbeFailed(f"rule {rule.name}: probe {url} failed: {error}") from error
-        if reply.status not in spec.found_status:
-            raise ProbeFailed(f"rule {rule.name}: probe {url} answered {reply.status}")
-        try:
-            data = json.loads(reply.body)
-        except ValueError as error:
-            raise ProbeFailed(f"rule {rule.name}: probe {url} did not answer JSON") from error
-        if not spec.found.search(data):
-            return None
-        body = data if spec.answer.body is None else spec.answer.body.search(data)
-        return RecordedResponse(
-            spec.answer.status,
-            (("Content-Type", "application/json"),),
-            json.dumps(body).encode(),
-        )
-
     async def _complete_from_evidence(
-        self, binding: Binding, rule: Rule, effect: Effect, evidence: RecordedResponse
+        self, call: Call, effect: Effect, evidence: RecordedResponse
     ) -> Answer:
         completed = await self._durably(
             lambda: self._store.transition_effect(
-                binding.task,
+                call.binding.task,
                 effect.key,
-                binding.attempt_id,
-                binding.generation,
+                call.binding.attempt_id,
+                call.binding.generation,
                 EffectState.COMPLETED,
                 response=evidence,
-                detail="completed from probe evidence",
+                detail="completed from evidence in the outside world",
             )
         )
         self._remember(completed)
-        self._note_later(binding, effect, "probed", "found in the outside world")
-        await self._checkpoint(binding, rule, evidence)
-        log.info("effect probed: found", extra=_fields(binding, rule) | {"effect_key": effect.key})
-        headers = (*evidence.headers, ("X-Sidecar-Effect", "probed"))
-        return Answer(evidence.status, headers, evidence.body, "probed")
+        self._note_later(call.binding, effect, "probed", "found in the outside world")
+        await self._checkpoint(call, evidence)
+        log.info("effect found by probe", extra=call.fields)
+        return _answer(call.codec.replay(completed, call.described), "probed")
 
-    async def _retry(
-        self,
-        binding: Binding,
-        match: RuleMatch,
-        request: AgentRequest,
-        effect: Effect,
-        disposition: str,
-    ) -> Answer:
-        time_left = await self._bindings.with_time_left(binding)
-        effect = await self._durably(
-            lambda: self._store.transition_effect(
-                binding.task,
-                effect.key,
-                binding.attempt_id,
-                binding.generation,
-                EffectState.PENDING,
-                detail="sent again with the first idempotency key",
-            )
+    async def _retry(self, call: Call, effect: Effect) -> Answer:
+        time_left = await self._bindings.with_time_left(call.binding)
+        effect = await self._transition(
+            call, effect, EffectState.PENDING, "sent again with the first idempotency key"
         )
-        return await self._forward(binding, match, request, effect, time_left, disposition)
+        return await self._forward(call, effect, time_left, "recorded")
 
     # ---- forwarding and recording -----------------------------------------------------
 
     async def _forward(
-        self,
-        binding: Binding,
-        match: RuleMatch,
-        request: AgentRequest,
-        effect: Effect,
-        time_left: timedelta,
-        disposition: str,
+        self, call: Call, effect: Effect, time_left: timedelta, disposition: str
     ) -> Answer:
-        rule = match.rule
-        facts = request.facts
+        rule, request, facts = call.rule, call.request, call.request.facts
         headers = list(request.headers)
         if rule.idempotency_header and effect.idempotency_key:
             name = rule.idempotency_header.lower()
@@ -453,56 +322,64 @@ class EffectGuard:
                 facts.method, url, headers, request.body or None, timeout_s=timeout
             )
         except UpstreamError as error:
-            await self._best_effort_unknown(binding, effect, str(error))
+            await self._best_effort_unknown(call, effect, str(error))
             raise UpstreamFailed(
-                f"task {binding.task}: {error}; the outcome of {effect.key!r} is unknown and "
-                "will be checked before it is sent again",
+                f"task {call.binding.task}: {error}; the outcome of {effect.key!r} is unknown "
+                "and will be checked before it is sent again",
                 timeout=error.timeout,
             ) from error
         failpoints.reach("effect.after_upstream")
-        state = _classify(rule.effect, reply.status)
+        if call.codec.already_exists(rule, reply):
+            # The upstream says an earlier attempt already made it: fetch it, answer it.
+            evidence = await call.codec.probe(
+                self._upstream, call.match, request, effect, call.described
+            )
+            if evidence is not None:
+                return await self._complete_from_evidence(call, effect, evidence)
+        state = call.codec.classify(rule, reply)
         recorded = RecordedResponse(
             reply.status, recordable_response_headers(reply.headers), reply.body
         )
-        final = await self._durably(
+        final = await self._transition(
+            call, effect, state, f"upstream answered {reply.status}", recorded
+        )
+        failpoints.reach("effect.after_record")
+        if state is EffectState.COMPLETED:
+            self._remember(final)
+            await self._checkpoint(call, recorded)
+        log.info("effect %s: upstream %s", state.value, reply.status, extra=call.fields)
+        return _live_answer(reply, disposition, state)
+
+    async def _transition(
+        self,
+        call: Call,
+        effect: Effect,
+        to: EffectState,
+        detail: str,
+        response: RecordedResponse | None = None,
+    ) -> Effect:
+        binding = call.binding
+        return await self._durably(
             lambda: self._store.transition_effect(
                 binding.task,
                 effect.key,
                 binding.attempt_id,
                 binding.generation,
-                state,
-                response=recorded,
-                detail=f"upstream answered {reply.status}",
+                to,
+                response=response,
+                detail=detail,
             )
         )
-        failpoints.reach("effect.after_record")
-        if state is EffectState.COMPLETED:
-            self._remember(final)
-            await self._checkpoint(binding, rule, recorded)
-        log.info(
-            "effect %s: upstream %s",
-            state.value,
-            reply.status,
-            extra=_fields(binding, rule) | {"effect_key": effect.key},
-        )
-        return _live_answer(reply, disposition, state)
 
-    async def _best_effort_unknown(self, binding: Binding, effect: Effect, why: str) -> None:
+    async def _best_effort_unknown(self, call: Call, effect: Effect, why: str) -> None:
         try:
-            await self._store.transition_effect(
-                binding.task,
-                effect.key,
-                binding.attempt_id,
-                binding.generation,
-                EffectState.UNKNOWN,
-                detail=why,
-            )
+            await self._transition(call, effect, EffectState.UNKNOWN, why)
         except SidecarError as error:
             # Still pending in the log, which a later attempt treats as unknown anyway.
             log.warning("could not mark %s unknown: %s", effect.key, error.detail)
 
-    async def _checkpoint(self, binding: Binding, rule: Rule, response: RecordedResponse) -> None:
-        spec = rule.checkpoint
+    async def _checkpoint(self, call: Call, response: RecordedResponse) -> None:
+        spec = call.rule.checkpoint
         if spec is None:
             return
         try:
@@ -510,6 +387,7 @@ class EffectGuard:
         except ValueError:
             data = None
         outputs = {name: expr.search(data) for name, expr in spec.outputs.items()}
+        binding = call.binding
         try:
             await self._durably(
                 lambda: self._store.append_checkpoint(
@@ -559,6 +437,11 @@ class EffectGuard:
                     raise
                 await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # noqa: S311
                 delay = min(delay * 2, 0.5)
+
+
+def _answer(content: Content, disposition: str) -> Answer:
+    headers = (*content.headers, ("X-Sidecar-Effect", disposition))
+    return Answer(content.status, headers, content.body, disposition)
 
 
 def _live_answer(reply: Reply, disposition: str, state: EffectState) -> Answer:

@@ -2,7 +2,8 @@
 
 ``load_rules`` reads the YAML rule files (SPEC §5) into a :class:`RuleSet`; the proxy asks
 it ``match`` for each request, then ``effect_key`` and ``fingerprint`` for a matched one.
-Only HTTP rules exist so far.
+HTTP rules and git push (``protocol: git-receive-pack``) rules; SQL rules come with the
+PostgreSQL proxy.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from sidecar.rules.matcher import (
 from sidecar.rules.model import (
     CheckpointSpec,
     EffectKind,
+    ExistsWhen,
     HttpMatch,
     OnDivergence,
     OnUnknown,
     ProbeAnswer,
     ProbeRequest,
     ProbeSpec,
+    Protocol,
     Rule,
     RuleFile,
 )
@@ -42,6 +45,7 @@ __all__ = [
     "CheckpointSpec",
     "EffectKind",
     "Encoding",
+    "ExistsWhen",
     "Expression",
     "HostPattern",
     "HttpMatch",
@@ -52,6 +56,7 @@ __all__ = [
     "ProbeAnswer",
     "ProbeRequest",
     "ProbeSpec",
+    "Protocol",
     "Rule",
     "RuleError",
     "RuleFile",

@@ -42,6 +42,13 @@ class EffectKind(StrEnum):
     CACHE = "cache"  # answered from the log when the same request comes again (LLM calls)
 
 
+class Protocol(StrEnum):
+    HTTP = "http"  # a request/response API: keys and probes from the rule's templates
+    GIT_RECEIVE_PACK = (
+        "git-receive-pack"  # `git push` over smart HTTP: keyed by ref, built-in probe
+    )
+
+
 class OnUnknown(StrEnum):
     """What to do with an effect an earlier attempt left ``pending``/``unknown``."""
 
@@ -200,6 +207,18 @@ class ProbeSpec(_Frozen):
     found_status: tuple[Status, ...] = Field(default=(200,), min_length=1)
 
 
+class ExistsWhen(_Frozen):
+    """An upstream answer that means "it already exists" - evidence, not a failure.
+
+    GitHub answers a second pull request for the same head and base with 422 "A pull
+    request already exists": the effect happened (an earlier attempt made it), so the
+    sidecar asks the rule's probe for it and answers with what it finds.
+    """
+
+    status: tuple[Status, ...] = Field(min_length=1)
+    found: JMESPath  # over the answer's JSON body; truthy: the effect already exists
+
+
 class CheckpointSpec(_Frozen):
     stage: str = Field(min_length=1)
     outputs: dict[str, JMESPath] = Field(default_factory=dict)  # over the response's JSON
@@ -223,6 +242,8 @@ class Rule(_Frozen):
     on_unknown: OnUnknown = OnUnknown.BLOCK
     on_divergence: OnDivergence = OnDivergence.REPLAY
     probe: ProbeSpec | None = None
+    exists_when: ExistsWhen | None = None
+    protocol: Protocol = Protocol.HTTP
     max_body_bytes: int = Field(default=1 << 20, gt=0)
     timeout_s: float = Field(default=30.0, gt=0, le=600)  # upstream timeout
     checkpoint: CheckpointSpec | None = None
@@ -259,9 +280,15 @@ class Rule(_Frozen):
                         f"'{field}' is only meaningful for non_idempotent and cache rules; "
                         f"this rule's effect is {self.effect}",
                     )
-        if self.on_unknown is OnUnknown.PROBE and self.probe is None:
+        if self.protocol is Protocol.GIT_RECEIVE_PACK:
+            self._check_git()
+        elif self.on_unknown is OnUnknown.PROBE and self.probe is None:
             raise FieldProblem(
                 ("on_unknown",), "'on_unknown: probe' needs a 'probe' section saying what to ask"
+            )
+        if self.exists_when is not None and self.probe is None:
+            raise FieldProblem(
+                ("exists_when",), "'exists_when' needs a 'probe' to fetch what already exists"
             )
         if self.probe is not None and self.on_unknown is not OnUnknown.PROBE:
             raise FieldProblem(
@@ -271,6 +298,17 @@ class Rule(_Frozen):
             )
         self._check_placeholders()
         return self
+
+    def _check_git(self) -> None:
+        if self.effect is not EffectKind.NON_IDEMPOTENT:
+            raise FieldProblem(("protocol",), "a git-receive-pack rule is a non_idempotent effect")
+        for field in ("probe", "idempotency_header", "exists_when"):
+            if getattr(self, field) is not None:
+                raise FieldProblem(
+                    (field,),
+                    f"'{field}' does not apply to git pushes: they are keyed by ref and "
+                    "probed through the repository's advertised refs",
+                )
 
     def _check_placeholders(self) -> None:
         params = self.match.path.params if self.match.path else ()

@@ -21,7 +21,8 @@ from sidecar.errors import PayloadTooLarge, SidecarError, StaleGeneration
 from sidecar.metrics import Metrics
 from sidecar.proxy.addons.binder import METADATA, BindRequest
 from sidecar.proxy.bindings import Binding, Bindings
-from sidecar.proxy.guard import AgentRequest, Answer, EffectGuard, refusal
+from sidecar.proxy.exchange import AgentRequest, Answer, refusal
+from sidecar.proxy.guard import EffectGuard
 from sidecar.rules import RuleMatch, RuleSet
 from sidecar.rules.matcher import HttpRequestFacts
 
