@@ -18,14 +18,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import zlib
+import re
 from dataclasses import dataclass, field
 
-from dulwich.errors import ChecksumMismatch
 from dulwich.objects import Commit
 from dulwich.pack import PackStreamReader, apply_delta
 
 ZERO_SHA = "0" * 40
+_SHA = re.compile(r"[0-9a-f]{40}")
 _COMMIT = 1
 _OFS_DELTA = 6
 _REF_DELTA = 7
@@ -136,7 +136,7 @@ def parse_receive_pack(body: bytes) -> Push:
         if text.startswith(b"shallow "):
             continue
         parts = text.decode(errors="replace").split(" ")
-        if len(parts) != 3 or len(parts[0]) != 40 or len(parts[1]) != 40:
+        if len(parts) != 3 or not (_SHA.fullmatch(parts[0]) and _SHA.fullmatch(parts[1])):
             raise GitProtocolError(f"not a ref update: {text[:100]!r}")
         updates.append(RefUpdate(parts[0], parts[1], parts[2]))
     if not updates:
@@ -159,8 +159,10 @@ def _pushed_commits(pack: bytes) -> dict[str, PushedCommit]:
     try:
         reader = PackStreamReader(hashlib.sha1, read_all=stream.read)
         entries = list(reader.read_objects())
-    except (AssertionError, ValueError, zlib.error, OSError, ChecksumMismatch) as error:
-        raise GitProtocolError(f"unreadable pack: {error}") from error
+    except Exception as error:
+        # dulwich reports truncated or corrupt packs through many exception types
+        # (struct.error, zlib.error, ChecksumMismatch, AssertionError, ...).
+        raise GitProtocolError(f"unreadable pack: {type(error).__name__}: {error}") from error
     by_offset = {e.offset: e for e in entries}
     resolved: dict[int, tuple[int, bytes]] = {}
 
