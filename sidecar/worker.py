@@ -44,6 +44,9 @@ def agent_environment(
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         env[name] = with_credentials
     env.update(dict.fromkeys(TRUST_VARIABLES, bundle))
+    # git's default proxy auth method ("anyauth") waits for a 407 challenge before it
+    # sends credentials; the proxy never challenges, so have git send them up front.
+    env["GIT_HTTP_PROXY_AUTHMETHOD"] = "basic"
     env.update(
         SIDECAR_TASK=held.task,
         SIDECAR_ATTEMPT_ID=held.attempt_id,

@@ -11,11 +11,11 @@ import sys
 from collections.abc import Sequence
 
 import sidecar
+from sidecar.cli import demo, emulate, inspect, rules, serve
 from sidecar.cli import exec as exec_
-from sidecar.cli import inspect, rules, serve
 from sidecar.errors import ConfigError, SidecarError
 
-VERBS = (serve, exec_, inspect, rules)
+VERBS = (serve, exec_, inspect, rules, emulate, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -185,6 +185,9 @@ class AttemptOut(Response):
     claimed_at: datetime
     ended_at: datetime | None
     end_reason: str | None
+    lease_until: datetime | None = Field(
+        description="For an ended attempt, the last moment its lease let it act."
+    )
 
     @classmethod
     def of(cls, a: Attempt) -> AttemptOut:
@@ -195,6 +198,7 @@ class AttemptOut(Response):
             claimed_at=a.claimed_at,
             ended_at=a.ended_at,
             end_reason=a.end_reason.value if a.end_reason else None,
+            lease_until=a.lease_until,
         )
 
 

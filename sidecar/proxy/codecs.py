@@ -13,6 +13,7 @@ that depend on the protocol the rule names:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -140,6 +141,8 @@ class HttpCodec:
             )
         except UpstreamError as error:
             raise ProbeFailed(f"rule {rule.name}: probe {url} failed: {error}") from error
+        if reply.status in spec.missing_status:
+            return None
         if reply.status not in spec.found_status:
             raise ProbeFailed(f"rule {rule.name}: probe {url} answered {reply.status}")
         try:
@@ -166,13 +169,12 @@ class GitPushCodec:
             push = git.parse_receive_pack(request.body)
         except git.GitProtocolError as error:
             raise InvalidRequest(f"not a git push: {error}") from error
+        prefix = _repository(request)
         if match.rule.key is not None:
-            try:
+            with contextlib.suppress(TemplateValueMissing):
                 prefix = match.rule.key.render(request.facts, match.params)
-            except TemplateValueMissing:
-                prefix = _repository(request)
-        else:
-            prefix = _repository(request)
+        # `repo` and `repo.git` are one repository to git hosts, so one effect here.
+        prefix = prefix.removesuffix(".git")
         key = f"{prefix}@{','.join(sorted(push.refs))}"
         return Described(key, push.fingerprint(), {"git": push.summary()}, push)
 

@@ -205,6 +205,8 @@ class ProbeSpec(_Frozen):
     found: JMESPath  # over the probe's JSON answer; a truthy result means found
     answer: ProbeAnswer
     found_status: tuple[Status, ...] = Field(default=(200,), min_length=1)
+    # Answers that mean "not there": the effect did not happen (a GET of one resource).
+    missing_status: tuple[Status, ...] = (404,)
 
 
 class ExistsWhen(_Frozen):

@@ -107,6 +107,13 @@ class Child:
         self._close()
         return status
 
+    def kill_group(self) -> int:
+        """SIGKILL the child and everything it started (its own process group): what
+        happens to a container that is evicted."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.kill()
+
     def terminate(self, timeout: float = 10.0) -> int:
         """SIGTERM, then SIGKILL if it has not exited within ``timeout``."""
         if self.proc.poll() is None:

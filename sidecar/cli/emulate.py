@@ -1,0 +1,62 @@
+"""``sidecar emulate github``: run a stand-in for an outside service in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from sidecar import logs
+
+DEFAULT_GITHUB_LISTEN = "127.0.0.1:7310"
+
+
+def register(verbs: Any) -> None:
+    emulate: argparse.ArgumentParser = verbs.add_parser(
+        "emulate",
+        help="run an emulator of an outside service (for the demo and tests)",
+        description="Run a local stand-in for a service agents write to, so effects can be "
+        "tried, killed and checked without touching the real one.",
+    )
+    sub = emulate.add_subparsers(dest="emulator", metavar="SERVICE", required=True)
+    github = sub.add_parser(
+        "github",
+        help="GitHub: REST API and git smart HTTP",
+        description="Emulate GitHub: the REST API (repositories, refs, pull requests, "
+        "comments, labels, releases, contents; also under /api/v3) and git clone/fetch/push "
+        "over HTTP, on bare repositories in DIR/repos with the rest in DIR/state.json. "
+        "Prints 'github emulator ready http://HOST:PORT' and runs until SIGTERM/SIGINT.",
+    )
+    github.add_argument(
+        "--listen",
+        default=DEFAULT_GITHUB_LISTEN,
+        metavar="HOST:PORT",
+        help=f"address to serve on (default {DEFAULT_GITHUB_LISTEN}; port 0 picks one)",
+    )
+    github.add_argument(
+        "--data", type=Path, required=True, metavar="DIR", help="where repositories and state live"
+    )
+    github.add_argument(
+        "--api-url",
+        metavar="URL",
+        help="base of the 'url' fields, e.g. https://api.github.com (default: the listen address)",
+    )
+    github.add_argument(
+        "--web-url",
+        metavar="URL",
+        help="base of 'html_url' and 'clone_url', e.g. https://github.com (default: the listen "
+        "address)",
+    )
+    github.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], default="info"
+    )
+    github.set_defaults(run=run_github)
+
+
+def run_github(args: argparse.Namespace) -> int:
+    from sidecar.emulators import github  # noqa: PLC0415 - only this verb needs it
+
+    logs.configure(args.log_level)
+    asyncio.run(github.serve(args.listen, args.data, api_url=args.api_url, web_url=args.web_url))
+    return 0

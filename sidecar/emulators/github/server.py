@@ -1,0 +1,56 @@
+"""Running the GitHub emulator as a process: ``sidecar emulate github``.
+
+The socket is bound before the application is built, so that with port 0 the objects it
+answers with already name the port that was picked.  Once it accepts connections it
+prints one line, ``github emulator ready http://HOST:PORT``, for scripts and tests, and
+it runs until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from pathlib import Path
+
+from aiohttp import web
+
+from sidecar.config import parse_listen
+from sidecar.emulators.github.app import make_app
+
+log = logging.getLogger(__name__)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(
+    listen: str, data_dir: Path, *, api_url: str | None = None, web_url: str | None = None
+) -> None:
+    host, port = parse_listen(listen)
+    sock = _bind(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    address = f"http://{shown}:{bound_port}"
+    app = make_app(data_dir, api_url or address, web_url or address)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    print(f"github emulator ready {address}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("github emulator stopping")
+        await runner.cleanup()
