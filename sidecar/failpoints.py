@@ -8,6 +8,8 @@ this way: no cleanup runs, no buffer is flushed, exactly as when a node dies.  P
 * ``effect.after_pending``  - the effect is recorded pending, nothing forwarded yet;
 * ``effect.after_upstream`` - the upstream answered, nothing recorded yet;
 * ``effect.after_record``   - the answer is recorded, the agent not answered yet.
+
+``POINT:RULE`` arms a point for one rule only (``effect.after_upstream:github.pulls.create``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ POINTS = frozenset({"effect.after_pending", "effect.after_upstream", "effect.aft
 _ARMED = frozenset(p for p in os.environ.get("SIDECAR_FAILPOINTS", "").split(",") if p)
 
 
-def reach(point: str) -> None:
-    """Die here if ``point`` is armed; otherwise do nothing."""
-    if point in _ARMED:
+def reach(point: str, rule: str | None = None) -> None:
+    """Die here if ``point`` (or ``point:rule``) is armed; otherwise do nothing."""
+    if point in _ARMED or (rule is not None and f"{point}:{rule}" in _ARMED):
         log.warning("failpoint %s reached: killing this process", point)
         for handler in logging.getLogger().handlers:
             handler.flush()

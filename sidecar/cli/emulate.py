@@ -49,6 +49,13 @@ def register(verbs: Any) -> None:
         "address)",
     )
     github.add_argument(
+        "--late",
+        action="append",
+        default=[],
+        metavar="METHOD:PATH_REGEX=SECONDS",
+        help="act on matching requests, then answer SECONDS late (fault injection; repeatable)",
+    )
+    github.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], default="info"
     )
     github.set_defaults(run=run_github)
@@ -56,7 +63,11 @@ def register(verbs: Any) -> None:
 
 def run_github(args: argparse.Namespace) -> int:
     from sidecar.emulators import github  # noqa: PLC0415 - only this verb needs it
+    from sidecar.emulators.faults import Late  # noqa: PLC0415
 
     logs.configure(args.log_level)
-    asyncio.run(github.serve(args.listen, args.data, api_url=args.api_url, web_url=args.web_url))
+    late = [Late.parse(spec) for spec in args.late]
+    asyncio.run(
+        github.serve(args.listen, args.data, api_url=args.api_url, web_url=args.web_url, late=late)
+    )
     return 0

@@ -82,7 +82,7 @@ def main() -> None:
         )
         for line in pushed.stderr.splitlines():
             if line.startswith("remote: "):
-                say("git", line)
+                say("git", line.rstrip())
         pushed.check_returncode()
         say("pushed", f"{plan['branch']} {sha[:12]}")
 

@@ -37,6 +37,7 @@ def propose(task: str, source: str) -> dict[str, object]:
 
 async def completions(request: web.Request) -> web.Response:
     asked = await request.json()
+    await asyncio.sleep(request.app[THINKING])
     prompt = json.loads(asked["messages"][-1]["content"])
     plan = propose(str(prompt["task"]), str(prompt["source"]))
     return web.json_response(
@@ -57,8 +58,12 @@ async def completions(request: web.Request) -> web.Response:
     )
 
 
-async def serve(host: str, port: int) -> None:
+THINKING = web.AppKey("thinking", float)
+
+
+async def serve(host: str, port: int, thinking_s: float = 0.0) -> None:
     app = web.Application()
+    app[THINKING] = thinking_s
     app.router.add_post("/v1/chat/completions", completions)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -73,8 +78,10 @@ async def serve(host: str, port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--listen", default="127.0.0.1:0")
-    host, _, port = parser.parse_args().listen.rpartition(":")
-    asyncio.run(serve(host or "127.0.0.1", int(port)))
+    parser.add_argument("--thinking-s", type=float, default=0.0, help="delay every answer")
+    args = parser.parse_args()
+    host, _, port = args.listen.rpartition(":")
+    asyncio.run(serve(host or "127.0.0.1", int(port), args.thinking_s))
 
 
 if __name__ == "__main__":

@@ -184,7 +184,7 @@ class EffectGuard:
             )
         except EffectExists as logged:
             return await self._again(call, logged.existing)
-        failpoints.reach("effect.after_pending")
+        failpoints.reach("effect.after_pending", call.rule.name)
         return await self._forward(call, effect, time_left, "recorded")
 
     # ---- the effect is in the log -----------------------------------------------------
@@ -328,7 +328,7 @@ class EffectGuard:
                 "and will be checked before it is sent again",
                 timeout=error.timeout,
             ) from error
-        failpoints.reach("effect.after_upstream")
+        failpoints.reach("effect.after_upstream", rule.name)
         if call.codec.already_exists(rule, reply):
             # The upstream says an earlier attempt already made it: fetch it, answer it.
             evidence = await call.codec.probe(
@@ -343,7 +343,7 @@ class EffectGuard:
         final = await self._transition(
             call, effect, state, f"upstream answered {reply.status}", recorded
         )
-        failpoints.reach("effect.after_record")
+        failpoints.reach("effect.after_record", rule.name)
         if state is EffectState.COMPLETED:
             self._remember(final)
             await self._checkpoint(call, recorded)

@@ -8,10 +8,12 @@ emulator holds, for tests and the demo to check the outside world in one request
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
 
+from sidecar.emulators.faults import Late, late_middleware
 from sidecar.emulators.github import contents, git_http, issues, labels, pulls, releases, repos
 from sidecar.emulators.github.api import (
     ENTERPRISE_PREFIX,
@@ -38,10 +40,13 @@ REST = (
 MAX_BODY = 100 << 20  # the contents API takes whole files, base64-encoded
 
 
-def make_app(data_dir: Path, api_url: str, web_url: str | None = None) -> web.Application:
+def make_app(
+    data_dir: Path, api_url: str, web_url: str | None = None, late: Sequence[Late] = ()
+) -> web.Application:
     """The emulator over ``data_dir``; objects name ``api_url`` and ``web_url`` (default:
-    ``api_url``) as the addresses clients reach it at."""
-    app = web.Application(middlewares=[github_middleware], client_max_size=MAX_BODY)
+    ``api_url``) as the addresses clients reach it at; ``late`` injects slow answers."""
+    middlewares = [late_middleware(late), github_middleware] if late else [github_middleware]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
     app[STATE] = State.open(data_dir)
     app[URLS] = Urls(api=api_url.rstrip("/"), web=(web_url or api_url).rstrip("/"))
     app.router.add_get("/_emulator/state", emulator_state)

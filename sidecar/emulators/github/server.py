@@ -12,11 +12,13 @@ import asyncio
 import logging
 import signal
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
 
 from sidecar.config import parse_listen
+from sidecar.emulators.faults import Late
 from sidecar.emulators.github.app import make_app
 
 log = logging.getLogger(__name__)
@@ -33,14 +35,19 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def serve(
-    listen: str, data_dir: Path, *, api_url: str | None = None, web_url: str | None = None
+    listen: str,
+    data_dir: Path,
+    *,
+    api_url: str | None = None,
+    web_url: str | None = None,
+    late: Sequence[Late] = (),
 ) -> None:
     host, port = parse_listen(listen)
     sock = _bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     address = f"http://{shown}:{bound_port}"
-    app = make_app(data_dir, api_url or address, web_url or address)
+    app = make_app(data_dir, api_url or address, web_url or address, late)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.SockSite(runner, sock).start()
