@@ -167,3 +167,36 @@ def test_a_divergent_second_push_is_refused_with_a_message_git_prints(make_world
     assert "[remote rejected]" in output
     assert "effect-sidecar" in output
     assert world.branches() == {"agent/312": first_sha}
+
+
+def test_sidecar_killed_after_the_push_landed_before_recording_it(make_world, quick_rules):
+    world = make_world(
+        rules=quick_rules,
+        sidecar_env={"SIDECAR_FAILPOINTS": "effect.after_upstream:github.git.push"},
+    )
+    world.agent("worker-a")
+    assert world.sidecar.proc.wait(timeout=90) == -signal.SIGKILL
+    (landed,) = world.branches().items()
+    world.start_sidecar()
+    finished(world, "worker-b")
+    # B's push was not sent: the refs the repository advertises showed A's push had landed.
+    assert world.branches() == dict([landed])
+    (push,) = [e for e in world.effects() if e["rule"] == "github.git.push"]
+    assert "probed" in [ev["event"] for ev in push["events"]]
+    assert len(world.pulls()) == 1
+
+
+def test_a_stale_workers_push_after_takeover_is_refused_and_never_reaches_github(make_world):
+    world = make_world(model_thinking_s=0.5)
+    a = world.agent("worker-a")
+    a.wait_for("^read ")
+    os.killpg(a.pid, signal.SIGSTOP)  # stalls before its model call and its push
+    try:
+        time.sleep(4.5)
+        finished(world, "worker-b")
+        after_b = world.branches()
+    finally:
+        os.killpg(a.pid, signal.SIGCONT)
+    assert a.proc.wait(timeout=60) == 75
+    assert world.branches() == after_b, "A's push after the takeover reached nothing"
+    assert len(world.pulls()) == 1
