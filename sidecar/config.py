@@ -20,6 +20,7 @@ from sidecar.errors import ConfigError
 
 DEFAULT_CONTROL_LISTEN = "127.0.0.1:7300"
 DEFAULT_PROXY_LISTEN = "127.0.0.1:7301"
+DEFAULT_PG_LISTEN = "127.0.0.1:7302"
 
 
 def default_data_dir() -> Path:
@@ -59,6 +60,10 @@ class Settings(BaseModel):
     worker: str = Field(default_factory=socket.gethostname)
     lease_ttl_s: float = Field(default=60.0, gt=0, le=86_400)
     self_fence_margin_s: float = Field(default=2.0, ge=0)
+    pg_listen: str = DEFAULT_PG_LISTEN
+    pg_upstream: str | None = Field(
+        default=None, description="postgresql://HOST:PORT[?sslmode=require]; enables the relay"
+    )
     store_retry_s: float = Field(default=2.0, ge=0)
 
     @field_validator("mode")
@@ -70,7 +75,7 @@ class Settings(BaseModel):
             return value
         raise ValueError("one of regular, transparent, reverse:http(s)://HOST[:PORT]")
 
-    @field_validator("control_listen", "proxy_listen")
+    @field_validator("control_listen", "proxy_listen", "pg_listen")
     @classmethod
     def _listen(cls, value: str) -> str:
         try:

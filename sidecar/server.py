@@ -28,6 +28,11 @@ from sidecar.control.keys import ProxyInfo
 from sidecar.errors import ConfigError
 from sidecar.leasekeeper import LeaseKeeper, StoreLeases
 from sidecar.metrics import Metrics
+from sidecar.pgwire.codec import BackendReader, FrontendReader
+from sidecar.pgwire.exactly_once import PgEffects
+from sidecar.pgwire.relay import BindRequest, Relay
+from sidecar.pgwire.relay import Upstream as PgUpstream
+from sidecar.pgwire.session import run_session
 from sidecar.proxy.addons import EffectAddon, ReadinessGate, Router, TaskBinder
 from sidecar.proxy.bindings import Bindings
 from sidecar.proxy.ca import ensure_authority
@@ -56,10 +61,12 @@ class Running:
     info: ProxyInfo
     rules: RuleSet
     _stops: list[Stop] = field(default_factory=list)
+    pg_url: str = ""
 
     def ready_line(self, store_url: str) -> str:
+        pg = f" pg={self.pg_url}" if self.pg_url else ""
         return (
-            f"effect-sidecar ready control={self.control_url} proxy={self.proxy_url} "
+            f"effect-sidecar ready control={self.control_url} proxy={self.proxy_url}{pg} "
             f"ca={self.info.ca_cert} store={store_url}"
         )
 
@@ -137,6 +144,12 @@ async def start(settings: Settings) -> Running:
         except OSError as exc:
             raise ConfigError(f"cannot listen on {settings.control_listen}: {exc}") from exc
         control_url = _url(*runner.addresses[0][:2])
+        pg_url = ""
+        if settings.pg_upstream:
+            relay = _pg_relay(settings, rules, bindings, store, metrics)
+            pg_host, pg_port = await relay.start(*parse_listen(settings.pg_listen))
+            pg_url = f"postgresql://{pg_host}:{pg_port}"
+            stops.append(relay.stop)
         if settings.task:
             keeper = LeaseKeeper(
                 StoreLeases(store), settings.task, settings.worker, settings.lease_ttl_s
@@ -157,7 +170,33 @@ async def start(settings: Settings) -> Running:
             "task": settings.task,
         },
     )
-    return Running(store, control_url, proxy_url, info, rules, stops)
+    return Running(store, control_url, proxy_url, info, rules, stops, pg_url)
+
+
+def _pg_relay(
+    settings: Settings, rules: RuleSet, bindings: Bindings, store: Store, metrics: Metrics
+) -> Relay:
+    """The PostgreSQL relay; with SQL rules, each connection gets an exactly-once engine."""
+    effects = PgEffects(rules, bindings, store, metrics) if rules.has_sql else None
+    assert settings.pg_upstream is not None
+
+    async def session(
+        client_reader: asyncio.StreamReader,
+        client_writer: asyncio.StreamWriter,
+        server_reader: asyncio.StreamReader,
+        server_writer: asyncio.StreamWriter,
+        frontend: FrontendReader,
+        backend: BackendReader,
+        bind: BindRequest,
+        parameters: dict[str, str],
+    ) -> None:
+        database = parameters.get("database") or parameters.get("user", "")
+        engine = effects.engine(bind, database) if effects is not None else None
+        await run_session(
+            client_reader, client_writer, server_reader, server_writer, frontend, backend, engine
+        )
+
+    return Relay(PgUpstream.parse(settings.pg_upstream), session)
 
 
 async def _hold_lease(keeper: LeaseKeeper) -> Stop:

@@ -47,6 +47,10 @@ def agent_environment(
     # git's default proxy auth method ("anyauth") waits for a 407 challenge before it
     # sends credentials; the proxy never challenges, so have git send them up front.
     env["GIT_HTTP_PROXY_AUTHMETHOD"] = "basic"
+    # libpq clients (psql, psycopg, ...) send PGOPTIONS at start-up: the PostgreSQL relay
+    # reads the attempt from it (and removes it) as the HTTP proxy reads its credentials.
+    binding = f"-c sidecar.task={held.task} -c sidecar.attempt={held.attempt_id}"
+    env["PGOPTIONS"] = f"{base['PGOPTIONS']} {binding}" if base.get("PGOPTIONS") else binding
     env.update(
         SIDECAR_TASK=held.task,
         SIDECAR_ATTEMPT_ID=held.attempt_id,

@@ -9,7 +9,7 @@ from typing import Any
 
 from sidecar import logs, server
 from sidecar.cli.options import add_store_options, settings
-from sidecar.config import DEFAULT_CONTROL_LISTEN, DEFAULT_PROXY_LISTEN
+from sidecar.config import DEFAULT_CONTROL_LISTEN, DEFAULT_PG_LISTEN, DEFAULT_PROXY_LISTEN
 
 
 def register(verbs: Any) -> None:
@@ -58,6 +58,16 @@ def register(verbs: Any) -> None:
     parser.add_argument(
         "--upstream-ca", type=Path, metavar="FILE", help="extra CA trusted for upstream TLS"
     )
+    parser.add_argument(
+        "--pg-listen",
+        metavar="HOST:PORT",
+        help=f"PostgreSQL relay address (default {DEFAULT_PG_LISTEN}; with --pg-upstream)",
+    )
+    parser.add_argument(
+        "--pg-upstream",
+        metavar="URL",
+        help="the real server, postgresql://HOST:PORT[?sslmode=require]: enables the relay",
+    )
     parser.add_argument("--task", metavar="ID", help="the task this sidecar works on itself")
     parser.add_argument("--worker", metavar="NAME", help="worker name (default: host name)")
     parser.add_argument("--lease-ttl-s", type=float, metavar="S", help="lease of --task")
@@ -79,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         task=args.task,
         worker=args.worker,
         lease_ttl_s=args.lease_ttl_s,
+        pg_listen=args.pg_listen,
+        pg_upstream=args.pg_upstream,
     )
     logs.configure(chosen.log_level)
     asyncio.run(server.serve(chosen))

@@ -46,9 +46,9 @@ def interception_hosts(rules: RuleSet, routes: Routes) -> list[str] | None:
     """``allow_hosts`` regexes (matched against ``host:port``), or None to open every TLS."""
     patterns: list[str] = []
     for rule in rules:
-        if not rule.logged:
+        if not rule.logged or rule.http is None:
             continue
-        for host in rule.match.host:
+        for host in rule.http.host:
             name, port = host.source.lower(), r"\d+"
             if re.fullmatch(r".+:\d+", name) and not name.endswith("]"):
                 name, _, explicit = name.rpartition(":")

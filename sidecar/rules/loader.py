@@ -185,8 +185,16 @@ def _dotted(loc: Loc) -> str:
     return text or "file"
 
 
+def _without_tags(loc: Loc) -> Loc:
+    """Drop the union tag pydantic puts after ``match`` ("http" or "sql"): it is not a key."""
+    for at, part in enumerate(loc[:-1]):
+        if part == "match" and loc[at + 1] in ("http", "sql"):
+            return loc[: at + 1] + loc[at + 2 :]
+    return loc
+
+
 def _problem(file: Path, details: ErrorDetails, lines: dict[Loc, int]) -> RuleProblem:
-    loc: Loc = tuple(details["loc"])
+    loc: Loc = _without_tags(tuple(details["loc"]))
     kind = details["type"]
     if kind == "extra_forbidden":
         message = f"{_dotted(loc[:-1])}: unknown field '{loc[-1]}'"

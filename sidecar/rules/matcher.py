@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from sidecar.rules.model import HttpMatch, Rule
+from sidecar.rules.sql import Statement
+from sidecar.rules.sql import effect_key as sql_effect_key
+from sidecar.rules.sql import matches as sql_matches
 from sidecar.rules.templates import TemplateValueMissing
 
 _NOT_PARSED: Any = object()
@@ -96,6 +100,16 @@ class RuleMatch:
 
 
 @dataclass(frozen=True, slots=True)
+class SqlRuleMatch:
+    rule: Rule
+    found: re.Match[str] | bool  # the regex match when the rule has a regex
+
+    def key(self, statement: Statement, parameters: tuple[bytes | None, ...] = ()) -> str:
+        assert self.rule.sql is not None
+        return sql_effect_key(self.rule.name, self.rule.sql.sql, statement, self.found, parameters)
+
+
+@dataclass(frozen=True, slots=True)
 class RuleSource:
     """Where a rule was defined."""
 
@@ -165,7 +179,9 @@ class RuleSet:
 
     def match(self, facts: HttpRequestFacts) -> RuleMatch | None:
         for rule in self.rules:
-            params = http_match(rule.match, facts)
+            if rule.http is None:
+                continue
+            params = http_match(rule.http, facts)
             if params is not None:
                 return RuleMatch(rule, params)
         return None
@@ -173,7 +189,23 @@ class RuleSet:
     def may_match_host(self, host: str, port: int | None = None) -> bool:
         """Whether any rule could match a request to ``host`` (so TLS must be opened)."""
         host = host.lower().strip("[]")
-        return any(p.matches(host, port) for rule in self.rules for p in rule.match.host)
+        return any(
+            p.matches(host, port) for rule in self.rules if rule.http for p in rule.http.host
+        )
+
+    def match_sql(self, statement: Statement) -> SqlRuleMatch | None:
+        """The first SQL rule matching ``statement``."""
+        for rule in self.rules:
+            if rule.sql is None:
+                continue
+            found = sql_matches(rule.sql.sql, statement)
+            if found:
+                return SqlRuleMatch(rule, found)
+        return None
+
+    @property
+    def has_sql(self) -> bool:
+        return any(rule.sql is not None for rule in self.rules)
 
     def effect_key(self, match: RuleMatch, facts: HttpRequestFacts) -> str:
         """The rule's ``key`` rendered for this request.

@@ -19,14 +19,17 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PlainSerializer,
     PlainValidator,
+    Tag,
     field_validator,
     model_validator,
 )
 
 from sidecar.rules.patterns import HostPattern, PathTemplate
+from sidecar.rules.sql import SqlMatch
 from sidecar.rules.templates import BUILTINS, Expression, Source, Template, UrlTemplate
 
 _RULE_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
@@ -226,6 +229,13 @@ class CheckpointSpec(_Frozen):
     outputs: dict[str, JMESPath] = Field(default_factory=dict)  # over the response's JSON
 
 
+def _match_kind(value: Any) -> str:
+    """``match: {sql: ...}`` is a SQL rule; anything else an HTTP one."""
+    if isinstance(value, SqlMatch) or (isinstance(value, dict) and "sql" in value):
+        return "sql"
+    return "http"
+
+
 class Rule(_Frozen):
     """Which requests (``match``) are which kind of effect, and how to name and resolve one.
 
@@ -237,7 +247,10 @@ class Rule(_Frozen):
 
     name: str
     description: str | None = None
-    match: HttpMatch
+    match: Annotated[
+        Annotated[HttpMatch, Tag("http")] | Annotated[SqlMatch, Tag("sql")],
+        Discriminator(_match_kind),
+    ]
     effect: EffectKind
     key: TemplateText | None = None  # None: "{name}:{method} {path}#{body hash}"
     idempotency_header: str | None = None
@@ -272,8 +285,19 @@ class Rule(_Frozen):
         """Whether matching requests go through the effect log (non_idempotent, cache)."""
         return self.effect in (EffectKind.NON_IDEMPOTENT, EffectKind.CACHE)
 
+    @property
+    def http(self) -> HttpMatch | None:
+        return self.match if isinstance(self.match, HttpMatch) else None
+
+    @property
+    def sql(self) -> SqlMatch | None:
+        return self.match if isinstance(self.match, SqlMatch) else None
+
     @model_validator(mode="after")
     def _coherent(self) -> Rule:
+        if isinstance(self.match, SqlMatch):
+            self._check_sql()
+            return self
         if not self.logged:
             for field in ("probe", "idempotency_header", "checkpoint"):
                 if getattr(self, field) is not None:
@@ -301,6 +325,22 @@ class Rule(_Frozen):
         self._check_placeholders()
         return self
 
+    def _check_sql(self) -> None:
+        if self.effect is EffectKind.CACHE:
+            raise FieldProblem(("effect",), "SQL statements are not cached: use non_idempotent")
+        for field in (
+            "key", "probe", "idempotency_header", "exists_when", "checkpoint"
+        ):  # fmt: skip
+            if getattr(self, field) is not None:
+                hint = " (a SQL rule's key goes in match.sql.key)" if field == "key" else ""
+                raise FieldProblem(
+                    (field,),
+                    f"'{field}' does not apply to SQL statements: each is recorded in its own "
+                    f"transaction, so its outcome is never unknown{hint}",
+                )
+        if self.protocol is not Protocol.HTTP:
+            raise FieldProblem(("protocol",), "a SQL rule has no HTTP protocol")
+
     def _check_git(self) -> None:
         if self.effect is not EffectKind.NON_IDEMPOTENT:
             raise FieldProblem(("protocol",), "a git-receive-pack rule is a non_idempotent effect")
@@ -313,6 +353,7 @@ class Rule(_Frozen):
                 )
 
     def _check_placeholders(self) -> None:
+        assert isinstance(self.match, HttpMatch)
         params = self.match.path.params if self.match.path else ()
         templates: list[tuple[tuple[str, ...], Template | UrlTemplate]] = []
         if self.key is not None:

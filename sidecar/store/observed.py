@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from sidecar.domain.model import Claim
-from sidecar.errors import LeaseHeld, SidecarError, StaleGeneration
+from sidecar.errors import EffectExists, LeaseHeld, SidecarError, StaleGeneration
 from sidecar.metrics import Metrics
 from sidecar.store.base import WriteObserver
 from sidecar.store.commands import AppendCheckpoint, Command, FencedCommand
@@ -65,5 +65,12 @@ class MetricsObserver(WriteObserver):
             fields["current_generation"] = error.current_generation
         elif command.operation == "claim":
             m.claims.labels(error.code).inc()
-        level = logging.ERROR if error.status >= 500 else logging.WARNING
+        # An effect already logged is how replays are found: expected, not a warning.
+        level = (
+            logging.ERROR
+            if error.status >= 500
+            else logging.INFO
+            if isinstance(error, EffectExists)
+            else logging.WARNING
+        )
         log.log(level, "%s refused: %s", command.operation, error.detail, extra=fields)

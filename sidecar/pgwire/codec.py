@@ -1,0 +1,152 @@
+"""The PostgreSQL v3 wire protocol, sans-io: bytes in, messages out.
+
+:class:`FrontendReader` and :class:`BackendReader` cut a byte stream into messages and
+keep each one's exact bytes (``raw``), so a relay forwards what it does not need to
+change without rebuilding it.  Only the messages the sidecar acts on are decoded further
+(:mod:`.messages`).  Nothing here touches a socket, so the readers can be fed anything -
+the fuzz test does - and answer with :class:`ProtocolError`, never a crash.
+
+Framing (https://www.postgresql.org/docs/current/protocol-message-formats.html): every
+message is ``type:1 length:4 body`` with the length counting itself, except the
+client's first messages (startup, SSLRequest, GSSENCRequest, CancelRequest), which have
+no type byte.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+PROTOCOL_3 = 196608  # 3.0
+SSL_REQUEST = 80877103
+GSSENC_REQUEST = 80877104
+CANCEL_REQUEST = 80877102
+
+# Generous but bounded: a message larger than this is garbage or an attack, not a query.
+MAX_MESSAGE = 1 << 30
+MAX_STARTUP = 10_000
+
+
+class ProtocolError(ValueError):
+    """The peer sent bytes that are not the PostgreSQL protocol."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message: ``kind`` is its type byte (``b""`` for startup-phase messages)."""
+
+    kind: bytes
+    body: bytes
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Startup:
+    """The client's first message: a startup packet, or a request for SSL/GSS/cancel."""
+
+    code: int
+    body: bytes
+    raw: bytes
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """A StartupMessage's ``name=value`` parameters (user, database, options, ...)."""
+        parts = self.body.split(b"\0")
+        pairs: dict[str, str] = {}
+        for at in range(0, len(parts) - 1, 2):
+            if not parts[at]:
+                break
+            pairs[parts[at].decode(errors="replace")] = parts[at + 1].decode(errors="replace")
+        return pairs
+
+    @property
+    def cancel_key(self) -> tuple[int, int]:
+        """(process id, secret key) of a CancelRequest."""
+        if len(self.body) < 8:
+            raise ProtocolError("CancelRequest too short")
+        pid, secret = struct.unpack("!ii", self.body[:8])
+        return pid, secret
+
+
+def startup_packet(parameters: dict[str, str]) -> bytes:
+    body = b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in parameters.items())
+    body += b"\0"
+    return struct.pack("!ii", len(body) + 8, PROTOCOL_3) + body
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def _framed(self) -> list[Message]:
+        out: list[Message] = []
+        buffer = self._buffer
+        at = 0
+        while len(buffer) - at >= 5:
+            (length,) = struct.unpack_from("!i", buffer, at + 1)
+            if length < 4 or length > MAX_MESSAGE:
+                raise ProtocolError(f"message {bytes(buffer[at : at + 1])!r} has length {length}")
+            end = at + 1 + length
+            if len(buffer) < end:
+                break
+            raw = bytes(buffer[at:end])
+            out.append(Message(raw[:1], raw[5:], raw))
+            at = end
+        del buffer[:at]
+        return out
+
+
+class FrontendReader(_Reader):
+    """Messages from a client: first the startup phase, then typed messages."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = False
+
+    def feed_startup(self, data: bytes) -> Startup | None:
+        """Feed bytes during the startup phase; the startup-phase message once complete."""
+        self._buffer += data
+        if len(self._buffer) < 8:
+            return None
+        length, code = struct.unpack_from("!ii", self._buffer)
+        if length < 8 or length > MAX_STARTUP:
+            raise ProtocolError(f"startup message length {length}")
+        if len(self._buffer) < length:
+            return None
+        raw = bytes(self._buffer[:length])
+        del self._buffer[:length]
+        if code not in (PROTOCOL_3, SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST):
+            raise ProtocolError(f"unsupported protocol or request code {code}")
+        if code == PROTOCOL_3:
+            self.started = True
+        return Startup(code, raw[8:], raw)
+
+    def feed(self, data: bytes) -> list[Message]:
+        self._buffer += data
+        return self._framed()
+
+    def leftover(self) -> bytes:
+        """Bytes received after the startup message (pipelined by eager clients)."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        return rest
+
+
+class BackendReader(_Reader):
+    """Messages from a server (every one typed, from the first)."""
+
+    def feed(self, data: bytes) -> list[Message]:
+        self._buffer += data
+        return self._framed()
+
+
+def message(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!i", len(body) + 4) + body
+
+
+def cstring(data: bytes, at: int = 0) -> tuple[str, int]:
+    """A NUL-terminated string at ``at``: (text, offset after the NUL)."""
+    end = data.find(b"\0", at)
+    if end < 0:
+        raise ProtocolError("unterminated string")
+    return data[at:end].decode(errors="replace"), end + 1

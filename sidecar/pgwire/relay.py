@@ -1,0 +1,225 @@
+"""The PostgreSQL relay: accepts agents' connections and carries them to the real server.
+
+Start-up is passed through untouched - authentication (trust, md5, SCRAM) happens
+between the agent and the server, so the sidecar holds no database secret - except:
+
+* SSLRequest / GSSENCRequest from the agent are answered ``N``: agents reach the sidecar
+  over loopback in plaintext; the sidecar speaks TLS to the server when its upstream
+  URL asks for it (``sslmode=require``);
+* when that TLS link exists, ``SCRAM-SHA-256-PLUS`` is removed from the server's offer:
+  channel binding would bind to the sidecar's TLS session, which the agent cannot see;
+* the sidecar's own startup parameters (``-c sidecar.task=... -c sidecar.attempt=...``
+  in ``options``, as `sidecar exec` sets PGOPTIONS, or ``sidecar.task`` /
+  ``sidecar.attempt`` parameters) bind the connection to an attempt and are removed;
+* a CancelRequest is sent on to the server (the agent was given the server's own key).
+
+After start-up, :class:`sidecar.pgwire.session.Session` carries the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import ssl
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
+
+from sidecar.errors import ConfigError
+from sidecar.pgwire import messages
+from sidecar.pgwire.codec import (
+    CANCEL_REQUEST,
+    PROTOCOL_3,
+    SSL_REQUEST,
+    BackendReader,
+    FrontendReader,
+    ProtocolError,
+    Startup,
+    startup_packet,
+)
+
+log = logging.getLogger("sidecar.pgwire")
+
+# Authentication requests the client must answer: cleartext, md5, GSS, SSPI, SASL.
+_ASKS_CLIENT = frozenset({3, 5, 7, 8, 9, 10, 11})
+_SASL = 10
+_SIDECAR_OPTION = re.compile(r"-c\s*sidecar\.(task|attempt)=(\S+)")
+READ_SIZE = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    host: str
+    port: int
+    tls: bool
+
+    @classmethod
+    def parse(cls, url: str) -> Upstream:
+        parts = urlsplit(url)
+        if parts.scheme not in {"postgresql", "postgres"} or not parts.hostname:
+            raise ConfigError(f"--pg-upstream wants postgresql://HOST[:PORT], got {url!r}")
+        if parts.username or parts.password:
+            raise ConfigError("--pg-upstream takes no credentials: agents authenticate themselves")
+        mode = parse_qs(parts.query).get("sslmode", ["disable"])[0]
+        if mode not in {"disable", "require"}:
+            raise ConfigError(f"--pg-upstream sslmode must be disable or require, not {mode!r}")
+        return cls(parts.hostname, parts.port or 5432, mode == "require")
+
+
+@dataclass(frozen=True, slots=True)
+class BindRequest:
+    task: str | None
+    attempt_id: str | None
+
+
+def split_binding(parameters: dict[str, str]) -> tuple[dict[str, str], BindRequest]:
+    """The startup parameters to forward, and the binding taken out of them."""
+    found: dict[str, str] = {}
+    kept: dict[str, str] = {}
+    for name, value in parameters.items():
+        if name in {"sidecar.task", "sidecar.attempt"}:
+            found[name.split(".", 1)[1]] = value
+        elif name == "options":
+            for key, val in _SIDECAR_OPTION.findall(value):
+                found[key] = val
+            rest = _SIDECAR_OPTION.sub("", value).strip()
+            if rest:
+                kept[name] = rest
+        else:
+            kept[name] = value
+    return kept, BindRequest(found.get("task"), found.get("attempt"))
+
+
+type SessionFactory = Callable[
+    [asyncio.StreamReader, asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamWriter,
+     FrontendReader, BackendReader, BindRequest, dict[str, str]],
+    Awaitable[None],
+]  # fmt: skip
+
+
+class Relay:
+    def __init__(self, upstream: Upstream, session: SessionFactory) -> None:
+        self.upstream = upstream
+        self.session = session
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        try:
+            self._server = await asyncio.start_server(self._accept, host, port)
+        except OSError as error:
+            raise ConfigError(f"cannot listen on {host}:{port} for PostgreSQL: {error}") from error
+        bound = self._server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve(reader, writer)
+        except (ProtocolError, ConnectionError, asyncio.IncompleteReadError) as error:
+            log.info("postgres connection ended: %s", error)
+        except Exception:
+            log.exception("postgres connection failed")
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frontend = FrontendReader()
+        startup: Startup | None = None
+        while startup is None or startup.code != PROTOCOL_3:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                return
+            startup = frontend.feed_startup(data)
+            if startup is None:
+                continue
+            if startup.code == CANCEL_REQUEST:
+                await self._cancel(startup)
+                return
+            if startup.code != PROTOCOL_3:
+                writer.write(b"N")  # no SSL, no GSS encryption on the loopback leg
+                await writer.drain()
+        parameters, bind = split_binding(startup.parameters)
+        up_reader, up_writer = await self._connect()
+        up_writer.write(startup_packet(parameters))
+        backend = BackendReader()
+        if not await self._authenticate(reader, writer, up_reader, up_writer, frontend, backend):
+            return
+        await self.session(
+            reader, writer, up_reader, up_writer, frontend, backend, bind, parameters
+        )
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        up = self.upstream
+        up_reader, up_writer = await asyncio.open_connection(up.host, up.port)
+        if up.tls:
+            up_writer.write(struct.pack("!ii", 8, SSL_REQUEST))
+            await up_writer.drain()
+            answer = await up_reader.readexactly(1)
+            if answer != b"S":
+                raise ConnectionError("the PostgreSQL server refused TLS (sslmode=require)")
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE  # sslmode=require: encrypted, not verified
+            await up_writer.start_tls(context, server_hostname=up.host)
+        return up_reader, up_writer
+
+    async def _authenticate(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+        frontend: FrontendReader,
+        backend: BackendReader,
+    ) -> bool:
+        """Relay the authentication exchange until the server's first ReadyForQuery."""
+        pending = frontend.leftover()
+        if pending:
+            up_writer.write(pending)
+        while True:
+            data = await up_reader.read(READ_SIZE)
+            if not data:
+                return False
+            out = bytearray()
+            ready = awaiting_client = False
+            for m in backend.feed(data):
+                if m.kind == b"R":
+                    code = messages.auth_code(m)
+                    awaiting_client = code in _ASKS_CLIENT
+                    if code == _SASL and self.upstream.tls:
+                        offer = messages.sasl_mechanisms(m)
+                        m_raw = messages.sasl_offer([n for n in offer if n != "SCRAM-SHA-256-PLUS"])
+                        out += m_raw
+                        continue
+                out += m.raw
+                if m.kind == b"E":
+                    writer.write(bytes(out))
+                    await writer.drain()
+                    return False
+                ready = ready or m.kind == b"Z"
+            writer.write(bytes(out))
+            await writer.drain()
+            if ready:
+                return True
+            if awaiting_client:
+                data = await reader.read(READ_SIZE)
+                if not data:
+                    return False
+                up_writer.write(data)
+                await up_writer.drain()
+
+    async def _cancel(self, startup: Startup) -> None:
+        up = self.upstream
+        _, up_writer = await asyncio.open_connection(up.host, up.port)
+        up_writer.write(startup.raw)
+        await up_writer.drain()
+        up_writer.close()

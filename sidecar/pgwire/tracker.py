@@ -1,0 +1,79 @@
+"""Which server message answers which client message: the outstanding-request queue.
+
+Counting ReadyForQuery messages is not enough once the sidecar adds messages of its own
+to a connection: it must know which answers are its own (and swallow them) and which
+are the client's (and relay them).  As pgbouncer does, every request that will be
+answered is queued when it is sent, and server messages are attributed to the oldest
+one until its terminal message arrives:
+
+    Query         everything up to and including ReadyForQuery
+    Parse         ParseComplete            Bind      BindComplete
+    Describe      (ParameterDescription) RowDescription | NoData
+    Execute       rows, then CommandComplete | EmptyQueryResponse | PortalSuspended
+    Close         CloseComplete            Sync      ReadyForQuery
+    FunctionCall  FunctionCallResponse, then ReadyForQuery
+
+An ErrorResponse ends the current request; in the extended protocol the server then
+skips every message up to the next Sync, so those requests are dropped from the queue
+unanswered.  Notices, notifications and parameter changes can come at any time and are
+attributed to whatever is current (or relayed if nothing is).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from sidecar.pgwire.codec import Message
+
+_TERMINAL = {
+    b"P": {b"1"},
+    b"B": {b"2"},
+    b"D": {b"T", b"n"},
+    b"E": {b"C", b"I", b"s"},
+    b"C": {b"3"},
+    b"S": {b"Z"},
+    b"Q": {b"Z"},
+    b"F": {b"Z"},
+}
+ASYNC = frozenset({b"N", b"A", b"S"})  # notice, notification, parameter status
+
+
+@dataclass
+class Pending:
+    kind: bytes  # the client message type this answers
+    ours: bool  # injected by the sidecar: its answers are not relayed
+    extended: bool  # part of an extended-protocol run (skipped after an error)
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self.queue: deque[Pending] = deque()
+        self.status = "I"  # from the last ReadyForQuery
+
+    def sent(self, kind: bytes, *, ours: bool) -> None:
+        if kind in _TERMINAL:
+            self.queue.append(Pending(kind, ours, kind in b"PBDECS"))
+
+    @property
+    def idle(self) -> bool:
+        return not self.queue
+
+    def received(self, m: Message) -> Pending | None:
+        """Attribute a server message; returns the request it answers (None: unsolicited)."""
+        if not self.queue:
+            return None
+        head = self.queue[0]
+        if m.kind in ASYNC and head.kind not in (b"Q", b"F"):
+            return head
+        if m.kind == b"E" and head.kind not in (b"Q", b"F"):
+            self.queue.popleft()
+            # The server now ignores everything until Sync: those requests get no answer.
+            while self.queue and self.queue[0].kind != b"S":
+                self.queue.popleft()
+            return head
+        if m.kind == b"Z":
+            self.status = chr(m.body[0]) if m.body else "I"
+        if m.kind in _TERMINAL[head.kind]:
+            self.queue.popleft()
+        return head

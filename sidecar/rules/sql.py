@@ -1,0 +1,165 @@
+"""Rules for SQL statements: which ones are effects, and what names one.
+
+A statement is matched by its kind (the leading keyword, after comments: ALTER, CREATE,
+INSERT, ...), by a regular expression over its normalised text, or by carrying a
+``/* sidecar:key=... */`` comment; every condition given must hold.  Its effect key is,
+in order of precedence: the comment's key; the rule's ``key`` template (``{group.N}`` or
+``{group.NAME}`` from the regex, ``{param.N}`` the N-th bind parameter, ``{kind}``,
+``{fingerprint}``, PostgreSQL's own parse-tree hash via pglast, which ignores constants);
+else a hash of the statement's normalised text (spacing and comments do not matter;
+constants do: ``VALUES (1)`` and ``VALUES (2)`` are two effects) plus a hash of its
+bind parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pglast import parser as pg
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
+
+_COMMENT_KEY = re.compile(r"/\*\s*sidecar:key=([^*]+?)\s*\*/")
+_LEADING_COMMENTS = re.compile(r"\A(\s+|--[^\n]*\n?|/\*.*?\*/)*", re.DOTALL)
+_PLACEHOLDER = re.compile(r"\{(group|param)\.(\w+)\}|\{(kind|fingerprint)\}")
+
+
+def _regex(value: Any) -> re.Pattern[str]:
+    if isinstance(value, re.Pattern):
+        return value
+    try:
+        return re.compile(str(value))
+    except re.error as error:
+        raise ValueError(f"invalid regular expression: {error}") from error
+
+
+class SqlCondition(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    kind: tuple[str, ...] = ()
+    regex: Annotated[re.Pattern[str], PlainValidator(_regex)] | None = None
+    comment: bool = Field(default=False, description="Only statements with a sidecar:key comment")
+    key: str | None = None
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kinds(cls, value: Any) -> tuple[str, ...]:
+        kinds = [value] if isinstance(value, str) else list(value or [])
+        if not all(isinstance(k, str) and k.isalpha() for k in kinds):
+            raise ValueError("kind is a keyword or a list of keywords, e.g. [ALTER, CREATE]")
+        return tuple(k.upper() for k in kinds)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None:
+            for found in re.findall(r"\{([^}]*)\}", value):
+                if not _PLACEHOLDER.fullmatch("{" + found + "}"):
+                    raise ValueError(
+                        f"{{{found}}} is not a SQL key placeholder: use {{group.N}}, "
+                        "{group.NAME}, {param.N}, {kind} or {fingerprint}"
+                    )
+        return value
+
+    def model_post_init(self, __context: Any) -> None:
+        if not (self.kind or self.regex or self.comment):
+            raise ValueError("say what statements to match: kind, regex or comment")
+
+
+class SqlMatch(BaseModel):
+    """``match: {sql: {...}}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    sql: SqlCondition
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One SQL statement as the rules see it."""
+
+    text: str  # as sent, comments included
+    kind: str  # leading keyword, upper-case
+    normalised: str  # whitespace collapsed, comments removed
+    comment_key: str | None
+
+    @classmethod
+    def of(cls, text: str) -> Statement:
+        found = _COMMENT_KEY.search(text)
+        body = _LEADING_COMMENTS.sub("", text)
+        kind = re.match(r"[A-Za-z]*", body)
+        words = re.sub(r"/\*.*?\*/|--[^\n]*", " ", body, flags=re.DOTALL)
+        return cls(
+            text,
+            kind.group(0).upper() if kind else "",
+            " ".join(words.split()).rstrip(";").strip(),
+            found.group(1).strip() if found else None,
+        )
+
+    def digest(self) -> str:
+        """sha256 of the normalised text: the default name of the statement's effect."""
+        return hashlib.sha256(self.normalised.encode()).hexdigest()[:16]
+
+    def fingerprint(self) -> str:
+        """PostgreSQL's parse-tree fingerprint: the same for statements differing only in
+        constants."""
+        try:
+            return str(pg.fingerprint(self.text))
+        except pg.ParseError:
+            return hashlib.sha256(self.normalised.encode()).hexdigest()[:16]
+
+
+def split(sql: str) -> list[str]:
+    """The statements of a simple Query, each with the comments that precede it."""
+    try:
+        slices = pg.split(sql, with_parser=False, only_slices=True)
+    except pg.ParseError:
+        return [sql]
+    texts: list[str] = []
+    start = 0
+    for piece in slices:
+        texts.append(sql[start : piece.stop].lstrip(" \t\r\n;").strip())
+        start = piece.stop
+    return [t for t in texts if t.strip().strip(";").strip()] or [sql]
+
+
+def matches(condition: SqlCondition, statement: Statement) -> re.Match[str] | bool:
+    if condition.kind and statement.kind not in condition.kind:
+        return False
+    if condition.comment and statement.comment_key is None:
+        return False
+    if condition.regex is not None:
+        found = condition.regex.search(statement.normalised)
+        return found if found else False
+    return True
+
+
+def effect_key(
+    rule_name: str,
+    condition: SqlCondition,
+    statement: Statement,
+    found: re.Match[str] | bool,
+    parameters: tuple[bytes | None, ...] = (),
+) -> str:
+    if statement.comment_key is not None:
+        return statement.comment_key
+    params = hashlib.sha256(repr(parameters).encode()).hexdigest()[:16] if parameters else ""
+    if condition.key is None:
+        return f"sql:{statement.digest()}" + (f":{params}" if params else "")
+
+    def value(m: re.Match[str]) -> str:
+        source, name, builtin = m.group(1), m.group(2), m.group(3)
+        if builtin == "kind":
+            return statement.kind
+        if builtin == "fingerprint":
+            return statement.fingerprint()
+        if source == "group" and isinstance(found, re.Match):
+            group = found.group(int(name) if name.isdigit() else name)
+            return group if group is not None else ""
+        if source == "param" and name.isdigit() and 0 < int(name) <= len(parameters):
+            raw = parameters[int(name) - 1]
+            return "NULL" if raw is None else raw.decode(errors="replace")
+        return ""
+
+    return f"{rule_name}:" + _PLACEHOLDER.sub(value, condition.key)
