@@ -7,7 +7,11 @@ this way: no cleanup runs, no buffer is flushed, exactly as when a node dies.  P
 
 * ``effect.after_pending``  - the effect is recorded pending, nothing forwarded yet;
 * ``effect.after_upstream`` - the upstream answered, nothing recorded yet;
-* ``effect.after_record``   - the answer is recorded, the agent not answered yet.
+* ``effect.after_record``   - the answer is recorded, the agent not answered yet;
+* ``sql.after_statement``   - a guarded SQL statement ran (its CommandComplete is in),
+  its transaction not committed, the agent not answered;
+* ``sql.after_commit``      - the transaction holding a guarded statement and its record
+  committed, the agent not answered yet.
 
 ``POINT:RULE`` arms a point for one rule only (``effect.after_upstream:github.pulls.create``).
 """
@@ -20,7 +24,15 @@ import signal
 
 log = logging.getLogger("sidecar.failpoints")
 
-POINTS = frozenset({"effect.after_pending", "effect.after_upstream", "effect.after_record"})
+POINTS = frozenset(
+    {
+        "effect.after_pending",
+        "effect.after_upstream",
+        "effect.after_record",
+        "sql.after_statement",
+        "sql.after_commit",
+    }
+)
 _ARMED = frozenset(p for p in os.environ.get("SIDECAR_FAILPOINTS", "").split(",") if p)
 
 

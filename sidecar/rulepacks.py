@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sidecar.errors import ConfigError
 
-DEFAULT_PACKS = ("github.yaml", "idempotency-key.yaml", "generic.yaml")
+DEFAULT_PACKS = ("github.yaml", "idempotency-key.yaml", "generic.yaml", "postgres.yaml")
 
 
 def packs_dir() -> Path:

@@ -22,7 +22,7 @@ from aiohttp import web
 from sidecar.aio import spawn
 from sidecar.clock import SystemClock
 from sidecar.config import Settings, parse_listen
-from sidecar.control import make_app
+from sidecar.control.app import make_app
 from sidecar.control.auth import is_loopback
 from sidecar.control.keys import ProxyInfo
 from sidecar.errors import ConfigError

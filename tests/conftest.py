@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from itertools import count
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from sidecar.clock import ManualClock
 from sidecar.store import Store, create_store
+from sidecar.testing.postgres import server_url, unreachable
 
 type StoreFactory = Callable[[], Awaitable[Store]]
 
@@ -59,3 +61,14 @@ async def open_store(
 @pytest.fixture
 async def store(open_store: StoreFactory) -> Store:
     return await open_store()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The real PostgreSQL the suite runs against; its absence fails the run in CI."""
+    problem = unreachable()
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{problem} (CI=true: PostgreSQL is a required service)")
+        pytest.skip(problem)
+    return server_url()

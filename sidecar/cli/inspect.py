@@ -16,7 +16,7 @@ from sidecar.cli import tables
 from sidecar.cli.options import add_store_options, settings
 from sidecar.clock import SystemClock
 from sidecar.control.schemas import EffectOut, TaskOut
-from sidecar.domain.model import EffectEvent, TaskView
+from sidecar.domain.model import Effect, EffectEvent, TaskView
 from sidecar.errors import NotFound
 from sidecar.store import Store, create_store
 
@@ -195,16 +195,27 @@ async def _effects(args: argparse.Namespace) -> int:
     print(f"effects of task {args.task}")
     print(
         tables.render(
-            ["KEY", "STATE", "RULE", "FIRST ATTEMPT", "LAST ATTEMPT", "GEN", "RESPONSE", "UPDATED"],
+            [
+                "KEY",
+                "STATE",
+                "RULE",
+                "WHAT",
+                "FIRST ATTEMPT",
+                "LAST ATTEMPT",
+                "GEN",
+                "ANSWER",
+                "UPDATED",
+            ],
             [
                 (
                     e.key,
                     e.state.value,
                     e.rule,
+                    _what(e),
                     e.origin_attempt_id,
                     e.attempt_id,
                     e.generation,
-                    e.response.status if e.response else None,
+                    _answer(e),
                     e.updated_at,
                 )
                 for e in effects
@@ -219,3 +230,21 @@ async def _effects(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _what(effect: Effect, width: int = 44) -> str:
+    """The request or statement an effect is, shortened to fit a table cell."""
+    request = effect.request if isinstance(effect.request, dict) else {}
+    if effect.kind == "sql":
+        text = str(request.get("statement", ""))
+    else:
+        text = f"{request.get('method', '')} {request.get('url', '')}".strip()
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _answer(effect: Effect) -> str | int | None:
+    """HTTP status, or for SQL the command tag the statement answered."""
+    if effect.response is None:
+        return None
+    tag = dict(effect.response.headers).get("x-command-tag")
+    return tag or effect.response.status

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from sidecar import logs, server
+from sidecar import logs
 from sidecar.cli.options import add_store_options, settings
 from sidecar.config import DEFAULT_CONTROL_LISTEN, DEFAULT_PG_LISTEN, DEFAULT_PROXY_LISTEN
 
@@ -46,8 +46,8 @@ def register(verbs: Any) -> None:
         type=Path,
         action="append",
         metavar="PATH",
-        help="rule file or folder, repeatable (default: the shipped idempotency-key and "
-        "generic packs; llm-cache is opt-in)",
+        help="rule file or folder, repeatable (default: the shipped github, "
+        "idempotency-key, generic and postgres packs; llm-cache is opt-in)",
     )
     parser.add_argument(
         "--route",
@@ -93,5 +93,8 @@ def run(args: argparse.Namespace) -> int:
         pg_upstream=args.pg_upstream,
     )
     logs.configure(chosen.log_level)
+    # The whole sidecar, imported only when it runs: other verbs start faster.
+    from sidecar import server  # noqa: PLC0415
+
     asyncio.run(server.serve(chosen))
     return 0

@@ -117,6 +117,10 @@ class FrontendReader(_Reader):
         del self._buffer[:length]
         if code not in (PROTOCOL_3, SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST):
             raise ProtocolError(f"unsupported protocol or request code {code}")
+        if code in (SSL_REQUEST, GSSENC_REQUEST) and self._buffer:
+            # The client must wait for the answer (one byte) before it says more; bytes
+            # already sent would never be read.  PostgreSQL refuses them the same way.
+            raise ProtocolError("received data after an SSL or GSS encryption request")
         if code == PROTOCOL_3:
             self.started = True
         return Startup(code, raw[8:], raw)

@@ -28,6 +28,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 
+from sidecar import failpoints
 from sidecar.aio import spawn
 from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.errors import EffectExists, SidecarError, StaleGeneration
@@ -73,6 +74,7 @@ UNBOUND = (
     "(it sets PGOPTIONS=-c sidecar.task=...)"
 )
 REPLAYED, FAILED = "replayed", "failed"
+UNDEFINED_TABLE = "42P01"
 _names = itertools.count(1)
 
 
@@ -136,6 +138,7 @@ class Done:
     binding: Binding
     key: str
     tag: str
+    rule: str | None = None
 
 
 class Statements:
@@ -146,6 +149,9 @@ class Statements:
         self.bind = bind
         self.database = database
         self.uncommitted: list[Done] = []  # recorded inside a transaction the agent owns
+        # The schema was created in the transaction now open: it exists for every other
+        # connection only once that transaction commits (see ready()).
+        self.schema_in_transaction = False
 
     def guards(self, sql: str) -> bool:
         return self.shared.guards(sql)
@@ -218,6 +224,8 @@ class Statements:
         run.out += b"".join(a.raw for a in failed)
         if failed or _tag(answers) != "COMMIT":
             return  # in_ours stay, and are mirrored as failed
+        for done in run.in_ours:
+            failpoints.reach("sql.after_commit", done.rule)
         run.committed += run.in_ours
         run.in_ours.clear()
 
@@ -231,20 +239,23 @@ class Statements:
         """Run (or replay) one guarded statement: (its Done, REPLAYED or FAILED; answers)."""
         key = match.key(statement)
         await self._ensure_schema(conversation, sync=True)
-        await self._mirror_pending(binding, match, key, statement)
+        logged = await self._mirror_pending(binding, match, key, statement)
         if not await self._record(conversation, binding, key, statement, sync=True):
-            self._replayed(binding, key)
-            return REPLAYED, await self._recall(conversation, binding, key, True)
+            tag, answer = await self._recall(conversation, binding, key, True)
+            self._replayed(binding, key, logged, tag)
+            return REPLAYED, answer
+        await self._run_again(binding, key, logged)
         answers = await self._run(conversation, statement.text)
         relay = b"".join(a.raw for a in answers if a.kind != b"Z")
         if any(a.kind == b"E" for a in answers):
             await self._mirror_failed(binding, key, answers)
             return FAILED, relay
+        failpoints.reach("sql.after_statement", match.rule.name)
         tag = _tag(answers)
         rows = b"".join(a.raw for a in answers if a.kind == b"D")
         description = b"".join(a.raw for a in answers if a.kind == b"T")
         await self._complete(conversation, binding, key, tag, description, rows, sync=True)
-        return Done(binding, key, tag), relay
+        return Done(binding, key, tag, match.rule.name), relay
 
     # ---- extended query protocol ----------------------------------------------------
 
@@ -257,11 +268,13 @@ class Statements:
         try:
             binding = await self._binding()
             await self._ensure_schema(conversation, sync=False)
-            await self._mirror_pending(binding, match, key, statement)
+            logged = await self._mirror_pending(binding, match, key, statement)
             if not await self._record(conversation, binding, key, statement, sync=False):
-                self._replayed(binding, key)
-                conversation.send_client(await self._recall(conversation, binding, key, False))
+                tag, answer = await self._recall(conversation, binding, key, False)
+                self._replayed(binding, key, logged, tag)
+                conversation.send_client(answer)
                 return
+            await self._run_again(binding, key, logged)
         except Skipped:
             return  # an earlier message of this batch failed: the server skips to Sync
         except Refused as refused:
@@ -271,21 +284,30 @@ class Statements:
             conversation.send_client(messages.error_response(refused.code, refused.text))
             return
         answers = await conversation.ask(raw, messages.FLUSH)
-        conversation.send_client(b"".join(a.raw for a in answers))
         if any(a.kind == b"E" for a in answers):
+            conversation.send_client(b"".join(a.raw for a in answers))
             await self._mirror_failed(binding, key, answers)
             return
+        failpoints.reach("sql.after_statement", match.rule.name)
         tag = _tag(answers)
         rows = b"".join(a.raw for a in answers if a.kind == b"D")
         await self._complete(conversation, binding, key, tag, b"", rows, sync=False)
-        self.uncommitted.append(Done(binding, key, tag))
+        conversation.send_client(b"".join(a.raw for a in answers))
+        self.uncommitted.append(Done(binding, key, tag, match.rule.name))
 
     def ready(self, status: str, committed: bool) -> None:
-        if status != "I" or not self.uncommitted:
+        if status != "I":
+            return
+        if self.schema_in_transaction and committed:
+            self.shared.schemas_ready.add(self.database)
+        self.schema_in_transaction = False
+        if not self.uncommitted:
             return
         ended, self.uncommitted = self.uncommitted, []
         outcome = EffectState.COMPLETED if committed else EffectState.FAILED
         for done in ended:
+            if committed:
+                failpoints.reach("sql.after_commit", done.rule)
             spawn(self._mirror(done, outcome), name=f"pg-mirror:{done.key}")
 
     # ---- the sidecar's own statements -----------------------------------------------
@@ -294,12 +316,12 @@ class Statements:
         return await conversation.ask(messages.query(sql))
 
     async def _ensure_schema(self, conversation: Conversation, *, sync: bool) -> None:
-        if self.database in self.shared.schemas_ready:
+        if self.database in self.shared.schemas_ready or self.schema_in_transaction:
             return
         for sql in SCHEMA:
             answers = await conversation.ask(*_request(sql, [], sync=sync))
             _raise_on_error(answers, "cannot create the effect_sidecar schema")
-        self.shared.schemas_ready.add(self.database)
+        self.schema_in_transaction = True
 
     async def _record(
         self,
@@ -313,6 +335,12 @@ class Statements:
         """Insert the record; True if it is new (the statement must run)."""
         values = [binding.task, key, binding.attempt_id, str(binding.generation), statement.text]
         answers = await conversation.ask(*_request(RECORD, values, sync=sync))
+        if any(
+            messages.error_fields(a).get("C") == UNDEFINED_TABLE for a in answers if a.kind == b"E"
+        ):
+            # Dropped behind the sidecar's back (or the database was re-created): make it
+            # again next time instead of failing every statement from now on.
+            self.shared.schemas_ready.discard(self.database)
         _raise_on_error(answers, "cannot record the statement in effect_sidecar.effects")
         return any(a.kind == b"D" for a in answers)
 
@@ -333,14 +361,14 @@ class Statements:
 
     async def _recall(
         self, conversation: Conversation, binding: Binding, key: str, simple: bool
-    ) -> bytes:
-        """The recorded answer, as the agent's protocol flavour expects it."""
+    ) -> tuple[str, bytes]:
+        """The recorded command tag, and the answer as the agent's protocol expects it."""
         answers = await conversation.ask(*_request(RECALL, [binding.task, key], sync=simple))
         _raise_on_error(answers, "cannot read effect_sidecar.effects")
         row = next(messages.data_row_values(a) for a in answers if a.kind == b"D")
         tag = (row[0] or b"").decode()
         description = _unbytea(row[1]) if simple else b""
-        return description + _unbytea(row[2]) + messages.command_complete(tag)
+        return tag, description + _unbytea(row[2]) + messages.command_complete(tag)
 
     async def _fail_transaction(self, conversation: Conversation) -> None:
         if conversation.tracker.status == "T":
@@ -364,7 +392,13 @@ class Statements:
 
     async def _mirror_pending(
         self, binding: Binding, match: SqlRuleMatch, key: str, statement: Statement
-    ) -> None:
+    ) -> EffectState | None:
+        """Log the effect as pending; if a previous try logged it, that try's state.
+
+        A previous try still logged pending died before its transaction's outcome was
+        mirrored: it becomes unknown, and the target database (the record there, or its
+        absence) settles it.
+        """
         store = self.shared.store
         try:
             await store.record_pending(
@@ -379,32 +413,56 @@ class Statements:
             if existing.state is EffectState.PENDING:
                 existing = await store.transition_effect(
                     binding.task, key, binding.attempt_id, binding.generation,
-                    EffectState.UNKNOWN, detail="no record in the target database committed it",
+                    EffectState.UNKNOWN,
+                    detail="the try that logged it ended before its transaction's outcome was seen",
                 )  # fmt: skip
-            if existing.state in (EffectState.UNKNOWN, EffectState.FAILED):
-                await store.transition_effect(
-                    binding.task, key, binding.attempt_id, binding.generation,
-                    EffectState.PENDING, detail="run again",
+            return existing.state
+        except StaleGeneration as stale:
+            raise Refused("ES409", f"effect-sidecar: {stale.detail}") from stale
+        except SidecarError as error:
+            raise Refused("ES503", f"effect-sidecar: {error.detail}") from error
+        return None
+
+    async def _run_again(self, binding: Binding, key: str, logged: EffectState | None) -> None:
+        """No record committed in the target database: a previous try did not happen."""
+        if logged not in (EffectState.UNKNOWN, EffectState.FAILED):
+            if logged is EffectState.COMPLETED:
+                log.warning(
+                    "task %s: effect %s is completed in the effect log but has no record in "
+                    "database %s (was effect_sidecar.effects emptied?): running it again",
+                    binding.task, key, self.database,
                 )  # fmt: skip
+            return
+        try:
+            await self.shared.store.transition_effect(
+                binding.task, key, binding.attempt_id, binding.generation, EffectState.PENDING,
+                detail="no record committed in the target database: running it again",
+            )  # fmt: skip
         except StaleGeneration as stale:
             raise Refused("ES409", f"effect-sidecar: {stale.detail}") from stale
         except SidecarError as error:
             raise Refused("ES503", f"effect-sidecar: {error.detail}") from error
 
-    def _replayed(self, binding: Binding, key: str) -> None:
+    def _replayed(self, binding: Binding, key: str, logged: EffectState | None, tag: str) -> None:
         self.shared.metrics.effects.labels("sql", "replayed").inc()
-        spawn(self._note(binding, key), name=f"pg-replay:{key}")
+        spawn(self._note(binding, key, logged, tag), name=f"pg-replay:{key}")
 
-    async def _note(self, binding: Binding, key: str) -> None:
+    async def _note(self, binding: Binding, key: str, logged: EffectState | None, tag: str) -> None:
+        """Log a replay; a previous try's effect the log did not see commit, as completed."""
+        store = self.shared.store
         try:
-            existing = await self.shared.store.effect(binding.task, key)
-            if existing is not None and existing.state is not EffectState.COMPLETED:
-                await self.shared.store.transition_effect(
+            if logged is EffectState.FAILED:
+                await store.transition_effect(
                     binding.task, key, binding.attempt_id, binding.generation,
-                    EffectState.COMPLETED, response=RecordedResponse(200),
-                    detail="committed in the target database",
+                    EffectState.PENDING, detail="a record committed in the target database",
                 )  # fmt: skip
-            await self.shared.store.note_effect(
+            if logged is not EffectState.COMPLETED:
+                await store.transition_effect(
+                    binding.task, key, binding.attempt_id, binding.generation,
+                    EffectState.COMPLETED, response=_answered(tag),
+                    detail=f"{tag}: committed in the target database",
+                )  # fmt: skip
+            await store.note_effect(
                 binding.task, key, binding.attempt_id, binding.generation, "replayed"
             )
         except SidecarError as error:
@@ -415,8 +473,7 @@ class Statements:
         try:
             await self.shared.store.transition_effect(
                 binding.task, done.key, binding.attempt_id, binding.generation, outcome,
-                response=RecordedResponse(200, (("x-command-tag", done.tag),))
-                if outcome is EffectState.COMPLETED else None,
+                response=_answered(done.tag) if outcome is EffectState.COMPLETED else None,
                 detail=done.tag if outcome is EffectState.COMPLETED else "rolled back",
             )  # fmt: skip
             self.shared.metrics.effects.labels("sql", "recorded").inc()
@@ -457,6 +514,11 @@ def _error_text(answers: list[Message]) -> str:
 
 def _tag(answers: list[Message]) -> str:
     return next((messages.command_tag(a) for a in answers if a.kind == b"C"), "")
+
+
+def _answered(tag: str) -> RecordedResponse:
+    """A command tag as the effect log keeps answers (HTTP-shaped: 200 and a header)."""
+    return RecordedResponse(200, (("x-command-tag", tag),))
 
 
 def _bytea(data: bytes) -> str:

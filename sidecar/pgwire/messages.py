@@ -75,9 +75,11 @@ def bind(m: Message) -> Bind:
             raise ProtocolError("Bind truncated")
         (length,) = struct.unpack_from("!i", body, at)
         at += 4
-        if length < 0:
+        if length == -1:
             parameters.append(None)
             continue
+        if length < 0:
+            raise ProtocolError(f"Bind parameter length {length}")
         if at + length > len(body):
             raise ProtocolError("Bind parameter runs past the message")
         parameters.append(body[at : at + length])
@@ -133,6 +135,8 @@ def error_fields(m: Message) -> dict[str, str]:
 
 
 def backend_key(m: Message) -> tuple[int, int]:
+    if len(m.body) < 8:
+        raise ProtocolError("BackendKeyData truncated")
     pid, secret = struct.unpack("!ii", m.body[:8])
     return pid, secret
 
@@ -143,7 +147,11 @@ def auth_code(m: Message) -> int:
 
 def sasl_mechanisms(m: Message) -> list[str]:
     """The mechanisms an AuthenticationSASL message offers."""
-    return [p.decode() for p in m.body[4:].split(b"\0") if p]
+    try:
+        return [p.decode() for p in m.body[4:].split(b"\0") if p]
+    except UnicodeDecodeError as error:
+        # Re-encoded as offered (sasl_offer): a name that is not text cannot be kept.
+        raise ProtocolError(f"SASL mechanism name is not UTF-8: {error}") from None
 
 
 def sasl_offer(mechanisms: list[str]) -> bytes:
@@ -159,9 +167,12 @@ def command_complete(tag: str) -> bytes:
     return message(b"C", tag.encode() + b"\0")
 
 
-def error_response(code: str, text: str, detail: str | None = None) -> bytes:
-    """An ERROR the client shows as it would any server error."""
-    body = b"SERROR\0VERROR\0C" + code.encode() + b"\0M" + text.encode() + b"\0"
+def error_response(
+    code: str, text: str, detail: str | None = None, *, severity: str = "ERROR"
+) -> bytes:
+    """An error the client shows as it would any server error (FATAL: the connection ends)."""
+    level = severity.encode()
+    body = b"S" + level + b"\0V" + level + b"\0C" + code.encode() + b"\0M" + text.encode() + b"\0"
     if detail:
         body += b"D" + detail.encode() + b"\0"
     return message(b"E", body + b"\0")
@@ -210,15 +221,19 @@ FLUSH = message(b"H", b"")
 
 def data_row_values(m: Message) -> list[bytes | None]:
     """The column values of a DataRow (None for NULL)."""
-    (count,) = struct.unpack_from("!h", m.body)
-    at = 2
+    body = m.body
+    count, at = _int16(body, 0)
     values: list[bytes | None] = []
     for _ in range(count):
-        (length,) = struct.unpack_from("!i", m.body, at)
+        if at + 4 > len(body):
+            raise ProtocolError("DataRow truncated")
+        (length,) = struct.unpack_from("!i", body, at)
         at += 4
-        if length < 0:
+        if length == -1:
             values.append(None)
-        else:
-            values.append(m.body[at : at + length])
-            at += length
+            continue
+        if length < 0 or at + length > len(body):
+            raise ProtocolError(f"DataRow value of length {length} runs past the message")
+        values.append(body[at : at + length])
+        at += length
     return values

@@ -123,7 +123,13 @@ class Relay:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await self._serve(reader, writer)
-        except (ProtocolError, ConnectionError, asyncio.IncompleteReadError) as error:
+        except ProtocolError as error:
+            log.warning("postgres connection closed: protocol violation: %s", error)
+            with contextlib.suppress(Exception):
+                text = f"effect-sidecar: invalid PostgreSQL protocol message: {error}"
+                writer.write(messages.error_response("08P01", text, severity="FATAL"))
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError) as error:
             log.info("postgres connection ended: %s", error)
         except Exception:
             log.exception("postgres connection failed")
@@ -148,7 +154,15 @@ class Relay:
                 writer.write(b"N")  # no SSL, no GSS encryption on the loopback leg
                 await writer.drain()
         parameters, bind = split_binding(startup.parameters)
-        up_reader, up_writer = await self._connect()
+        try:
+            up_reader, up_writer = await self._connect()
+        except OSError as error:  # refused, unreachable, TLS refused or failed
+            up = self.upstream
+            log.warning("postgres server %s:%s not reached: %s", up.host, up.port, error)
+            text = f"effect-sidecar: cannot connect to the PostgreSQL server {up.host}:{up.port}"
+            writer.write(messages.error_response("08001", f"{text}: {error}", severity="FATAL"))
+            await writer.drain()
+            return
         up_writer.write(startup_packet(parameters))
         backend = BackendReader()
         if not await self._authenticate(reader, writer, up_reader, up_writer, frontend, backend):
@@ -163,9 +177,11 @@ class Relay:
         if up.tls:
             up_writer.write(struct.pack("!ii", 8, SSL_REQUEST))
             await up_writer.drain()
-            answer = await up_reader.readexactly(1)
+            answer = await up_reader.read(1)
             if answer != b"S":
-                raise ConnectionError("the PostgreSQL server refused TLS (sslmode=require)")
+                up_writer.close()
+                refusal = "does not accept TLS" if answer else "closed the connection"
+                raise ConnectionError(f"it {refusal}, and --pg-upstream has sslmode=require")
             context = ssl.create_default_context()
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE  # sslmode=require: encrypted, not verified
@@ -211,15 +227,26 @@ class Relay:
             if ready:
                 return True
             if awaiting_client:
-                data = await reader.read(READ_SIZE)
-                if not data:
+                answer = await _whole_messages(reader, frontend)
+                if answer is None:
                     return False
-                up_writer.write(data)
+                up_writer.write(answer)
                 await up_writer.drain()
 
     async def _cancel(self, startup: Startup) -> None:
-        up = self.upstream
-        _, up_writer = await asyncio.open_connection(up.host, up.port)
+        _, up_writer = await self._connect()  # over TLS too: the key is a secret
         up_writer.write(startup.raw)
         await up_writer.drain()
         up_writer.close()
+
+
+async def _whole_messages(reader: asyncio.StreamReader, frontend: FrontendReader) -> bytes | None:
+    """The client's next complete message(s): a password or SASL answer may come in pieces,
+    and the server must get it whole before it says anything more (None: client gone)."""
+    while True:
+        data = await reader.read(READ_SIZE)
+        if not data:
+            return None
+        complete = frontend.feed(data)
+        if complete:
+            return b"".join(m.raw for m in complete)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sidecar.pgwire import messages
-from sidecar.pgwire.codec import BackendReader, FrontendReader, Message, ProtocolError
+from sidecar.pgwire.codec import BackendReader, FrontendReader, Message
 from sidecar.pgwire.tracker import Tracker
 
 log = logging.getLogger("sidecar.pgwire")
@@ -192,9 +192,9 @@ async def _client_loop(
                 statements[parse.name] = Prepared(parse.query, guarded(parse.query))
             elif kind == b"B":
                 bind = messages.bind(m)
-                prepared = statements.get(bind.statement)
-                if prepared is None:
-                    raise ProtocolError(f"Bind to unknown statement {bind.statement!r}")
+                # An unknown name is the server's to refuse ("prepared statement does
+                # not exist"): relayed as not guarded.
+                prepared = statements.get(bind.statement) or _UNKNOWN
                 portals[bind.portal] = Portal(prepared, bind if prepared.guarded else None)
             elif kind == b"C":
                 closed = messages.close(m)
@@ -236,6 +236,9 @@ def _handler(
         if portal is not None and portal.statement.guarded:
             return lambda c: engine.execute(c, portal, m.raw)
     return None
+
+
+_UNKNOWN = Prepared("", guarded=False)
 
 
 def _never(sql: str) -> bool:

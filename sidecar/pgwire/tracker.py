@@ -66,7 +66,9 @@ class Tracker:
         head = self.queue[0]
         if m.kind in ASYNC and head.kind not in (b"Q", b"F"):
             return head
-        if m.kind == b"E" and head.kind not in (b"Q", b"F"):
+        # An error answering Sync (a COMMIT of the implicit transaction failing, e.g. on a
+        # deferred constraint) is followed by that Sync's own ReadyForQuery.
+        if m.kind == b"E" and head.kind not in (b"Q", b"F", b"S"):
             self.queue.popleft()
             # The server now ignores everything until Sync: those requests get no answer.
             while self.queue and self.queue[0].kind != b"S":

@@ -1,11 +1,12 @@
 """Rules for SQL statements: which ones are effects, and what names one.
 
 A statement is matched by its kind (the leading keyword, after comments: ALTER, CREATE,
-INSERT, ...), by a regular expression over its normalised text, or by carrying a
-``/* sidecar:key=... */`` comment; every condition given must hold.  Its effect key is,
-in order of precedence: the comment's key; the rule's ``key`` template (``{group.N}`` or
-``{group.NAME}`` from the regex, ``{param.N}`` the N-th bind parameter, ``{kind}``,
-``{fingerprint}``, PostgreSQL's own parse-tree hash via pglast, which ignores constants);
+INSERT, ...), by a regular expression over its normalised text (case-insensitive, as
+SQL is), or by carrying a ``/* sidecar:key=... */`` comment; every condition given must
+hold.  Its effect key is, in order of precedence: the comment's key; the rule's ``key``
+template (``{group.N}`` or ``{group.NAME}`` from the regex, ``{param.N}`` the N-th bind
+parameter, ``{kind}``, ``{fingerprint}``, PostgreSQL's own parse-tree hash via pglast,
+which ignores constants);
 else a hash of the statement's normalised text (spacing and comments do not matter;
 constants do: ``VALUES (1)`` and ``VALUES (2)`` are two effects) plus a hash of its
 bind parameters.
@@ -30,7 +31,8 @@ def _regex(value: Any) -> re.Pattern[str]:
     if isinstance(value, re.Pattern):
         return value
     try:
-        return re.compile(str(value))
+        # SQL keywords and unquoted names are case-insensitive: so is the match.
+        return re.compile(str(value), re.IGNORECASE)
     except re.error as error:
         raise ValueError(f"invalid regular expression: {error}") from error
 

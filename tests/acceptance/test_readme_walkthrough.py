@@ -6,7 +6,9 @@ import os
 import re
 import socket
 import subprocess
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 
 from sidecar.cli import main
@@ -55,20 +57,23 @@ def test_the_readme_walkthrough_shows_lease_held_then_stale_generation(sidecar_p
     assert re.search(r"checkpoint +att-\w+ +1 +2 +superseded by generation 2", table)
 
 
-def _free_port_pair() -> int:
-    """A port P with P and P+1 both free (the block uses PORT and PORT+1)."""
+def _free_port_run(count: int = 2) -> int:
+    """A port P with P .. P+count-1 all free (the blocks use PORT, PORT+1, ...)."""
     for _ in range(50):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        with socket.socket() as first, socket.socket() as second:
-            try:
-                first.bind(("127.0.0.1", port))
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
+        sockets = [socket.socket() for _ in range(count)]
+        try:
+            for offset, sock in enumerate(sockets):
+                sock.bind(("127.0.0.1", port + offset))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
         return port
-    raise AssertionError("no two consecutive free ports")
+    raise AssertionError(f"no {count} consecutive free ports")
 
 
 def _free_port() -> int:
@@ -80,7 +85,7 @@ def _free_port() -> int:
 def test_the_readme_agent_walkthrough_replays_the_charge_after_a_sigkill(tmp_path):
     block = _block("agent-walkthrough")
     env = os.environ | {
-        "PORT": str(_free_port_pair()),
+        "PORT": str(_free_port_run(2)),
         "UPSTREAM": f"127.0.0.1:{_free_port()}",
         "DATA": str(tmp_path / "demo"),
     }
@@ -110,3 +115,33 @@ def test_the_readme_rule_example_is_a_valid_rule_file(tmp_path):
     path = tmp_path / "example.yaml"
     path.write_text(example.group(1))
     assert main(["rules", "check", str(path)]) == 0
+
+
+def test_the_readme_postgres_walkthrough_changes_the_schema_once(tmp_path, postgres_server):
+    server = urlsplit(postgres_server)
+    env = os.environ | {
+        "PORT": str(_free_port_run(3)),
+        "SERVER": f"{server.hostname}:{server.port or 5432}",
+        "DATA": str(tmp_path / "pg-demo"),
+    }
+    done = subprocess.run(
+        ["bash", "-uo", "pipefail", "-c", _block("pg-walkthrough")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS shop_312 WITH (FORCE)")  # the block's database
+    out = done.stdout
+    assert done.returncode == 0, done.stderr + out
+    assert out.count("ALTER TABLE\nCREATE INDEX\nINSERT 0 3\n") == 2  # both attempts, exit 0
+    assert "status columns: 1\nseed rows: 3" in out
+    trail = out[out.index("audit trail") :]
+    for key in re.findall(r"^(sql:\w+|seed-order-statuses) +completed", out, re.MULTILINE):
+        assert re.search(rf"{key} +pending +att-\w+ +1 ", trail)
+        assert re.search(rf"{key} +completed +att-\w+ +1 ", trail)
+        assert re.search(rf"{key} +replayed +att-\w+ +2 ", trail)
+    assert len(re.findall(r" replayed +att-", trail)) == 3

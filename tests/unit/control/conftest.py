@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from sidecar.clock import ManualClock
-from sidecar.control import make_app
+from sidecar.control.app import make_app
 from sidecar.metrics import Metrics
 from sidecar.store.memory import MemoryStore
 from sidecar.store.observed import MetricsObserver

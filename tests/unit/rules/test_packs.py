@@ -14,7 +14,13 @@ FILES = sorted(PACKS.glob("*.y*ml"))
 
 def test_the_packs_are_there():
     names = {path.name for path in FILES}
-    assert {"idempotency-key.yaml", "llm-cache.yaml", "generic.yaml"} <= names
+    assert {
+        "idempotency-key.yaml",
+        "llm-cache.yaml",
+        "generic.yaml",
+        "github.yaml",
+        "postgres.yaml",
+    } <= names
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda path: path.name)

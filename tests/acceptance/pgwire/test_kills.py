@@ -1,0 +1,142 @@
+"""Kill tests for SQL effects: a real SIGKILL at each point of the exactly-once flow.
+
+After every restart the database must hold each effect exactly once, and the sidecar's
+effect log must agree with it.  The agent is a psycopg script applying a migration in
+one explicit transaction (agents/migrate.py); the sidecar is killed at its failpoints
+(``sql.after_statement``: the statement ran, its transaction not committed, the agent
+not answered; ``sql.after_commit``: statement and record committed, the agent not
+answered); the upstream connection is cut from the server's side.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from sidecar.testing.postgres import PostgresWorld
+from tests.acceptance.pgwire.conftest import AGENTS, MakeWorld, events
+
+pytestmark = pytest.mark.acceptance
+
+SCHEMA = """
+CREATE TABLE orders (id serial PRIMARY KEY, total integer NOT NULL);
+CREATE TABLE order_statuses (name text NOT NULL);
+INSERT INTO orders (total) VALUES (10), (20);
+"""
+MIGRATE = [sys.executable, str(AGENTS / "migrate.py")]
+PROTOCOLS = ["extended", "simple", "pipeline"]
+
+
+def migrated_once(world: PostgresWorld) -> None:
+    """The outside world and the effect log both say: applied exactly once."""
+    assert (
+        world.value(
+            "SELECT count(*) FROM information_schema.columns"
+            " WHERE table_name = 'orders' AND column_name = 'status'"
+        )
+        == 1
+    )
+    assert world.value("SELECT count(*) FROM pg_indexes WHERE indexname = 'orders_by_status'") == 1
+    assert world.value("SELECT count(*) FROM order_statuses") == 3
+    recorded = world.recorded()
+    assert sorted(recorded.values()) == ["ALTER TABLE", "CREATE INDEX", "INSERT 0 3"]
+    effects = world.settled_effects()
+    assert {e["key"]: e["state"] for e in effects} == dict.fromkeys(recorded, "completed")
+
+
+def finish(world: PostgresWorld, *args: str) -> list[str]:
+    agent = world.agent("worker-b", *MIGRATE, *args)
+    assert agent.proc.wait(timeout=60) == 0
+    return agent.lines
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_agent_killed_right_after_its_commit_is_answered_from_the_record(
+    world: PostgresWorld, protocol: str
+) -> None:
+    world.rows(SCHEMA)
+    first = world.agent("worker-a", *MIGRATE, "--protocol", protocol, "--pause-after-commit")
+    first.wait_for("^committed", timeout=60)
+    first.kill_group()
+
+    lines = finish(world, "--protocol", protocol)
+    # The rerun's statements were answered from the records, RETURNING rows included.
+    assert lines == ["applied new,paid,shipped", "committed", "done"]
+    migrated_once(world)
+    for effect in world.settled_effects():
+        assert events(effect)[:2] == ["pending", "completed"]
+        assert "replayed" in events(effect)
+
+
+def test_agent_killed_before_its_commit_leaves_nothing_to_replay(world: PostgresWorld) -> None:
+    world.rows(SCHEMA)
+    first = world.agent("worker-a", *MIGRATE, "--pause-before-commit")
+    first.wait_for("^applied", timeout=60)
+    first.kill_group()
+    assert world.value("SELECT count(*) FROM order_statuses") == 0
+
+    assert finish(world) == ["applied new,paid,shipped", "committed", "done"]
+    migrated_once(world)
+    for effect in world.settled_effects():
+        assert "replayed" not in events(effect)  # the rerun ran them: nothing had committed
+        assert events(effect)[-1] == "completed"
+
+
+@pytest.mark.parametrize("protocol", ["extended", "simple"])
+def test_sidecar_killed_between_the_statement_and_relaying_it(
+    make_world: MakeWorld, protocol: str
+) -> None:
+    world = make_world(sidecar_env={"SIDECAR_FAILPOINTS": "sql.after_statement"})
+    world.rows(SCHEMA)
+    first = world.agent("worker-a", *MIGRATE, "--protocol", protocol)
+    assert first.proc.wait(timeout=60) != 0  # its connection died with the sidecar
+    assert world.sidecar is not None
+    assert world.sidecar.proc.wait(timeout=10) == -9
+    # The server rolled the statement back with its record: nothing happened yet.
+    assert world.value("SELECT count(*) FROM order_statuses") == 0
+
+    world.start_sidecar()
+    assert finish(world, "--protocol", protocol)[-1] == "done"
+    migrated_once(world)
+    (altered,) = [e for e in world.settled_effects() if "ALTER" in e["request"]["statement"]]
+    # Logged pending by the dead try, settled by the database: no record, so run again.
+    assert events(altered) == ["pending", "unknown", "pending", "completed"]
+
+
+@pytest.mark.parametrize("protocol", ["extended", "simple"])
+def test_sidecar_killed_after_the_commit_before_answering_the_agent(
+    make_world: MakeWorld, protocol: str
+) -> None:
+    world = make_world(sidecar_env={"SIDECAR_FAILPOINTS": "sql.after_commit"})
+    world.rows(SCHEMA)
+    first = world.agent("worker-a", *MIGRATE, "--protocol", protocol)
+    assert first.proc.wait(timeout=60) != 0
+    assert world.sidecar is not None
+    assert world.sidecar.proc.wait(timeout=10) == -9
+    assert world.value("SELECT count(*) FROM order_statuses") == 3  # it did commit
+
+    world.start_sidecar()
+    lines = finish(world, "--protocol", protocol)
+    assert lines == ["applied new,paid,shipped", "committed", "done"]
+    migrated_once(world)
+    for effect in world.settled_effects():
+        assert "replayed" in events(effect)
+
+
+def test_upstream_connection_cut_mid_transaction(world: PostgresWorld) -> None:
+    world.rows(SCHEMA)
+    first = world.agent("worker-a", *MIGRATE, "--pause-before-commit")
+    first.wait_for("^applied", timeout=60)
+    # The server ends the agent's backend (a failover, an admin, a network cut).
+    (cut,) = world.rows(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND state = 'idle in transaction'"
+    )
+    assert cut == (True,)
+    first.kill_group()  # it would only learn of it on its next statement
+    assert world.value("SELECT count(*) FROM order_statuses") == 0
+
+    assert finish(world)[-1] == "done"
+    migrated_once(world)

@@ -1,0 +1,65 @@
+"""What the relay takes from its configuration and from each agent's start-up packet."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.errors import ConfigError
+from sidecar.pgwire.relay import BindRequest, Upstream, split_binding
+
+
+def test_the_upstream_is_a_postgresql_url_without_credentials() -> None:
+    assert Upstream.parse("postgresql://db.internal:6543") == Upstream("db.internal", 6543, False)
+    assert Upstream.parse("postgres://db") == Upstream("db", 5432, False)
+    assert Upstream.parse("postgresql://db/?sslmode=require").tls
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://db", "postgresql://HOST"),
+        ("postgresql://user:secret@db", "no credentials"),
+        ("postgresql://db?sslmode=verify-full", "sslmode must be"),
+    ],
+)
+def test_a_bad_upstream_is_refused_with_what_to_write(url: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        Upstream.parse(url)
+
+
+def test_the_secret_never_appears_in_the_refusal() -> None:
+    with pytest.raises(ConfigError) as refused:
+        Upstream.parse("postgresql://user:hunter2@db")
+    assert "hunter2" not in str(refused.value)
+
+
+def test_pgoptions_binding_is_taken_out_and_the_rest_of_options_kept() -> None:
+    forwarded, bind = split_binding(
+        {
+            "user": "app",
+            "database": "shop",
+            "options": "-c statement_timeout=5s -c sidecar.task=312 -c sidecar.attempt=att-1",
+        }
+    )
+    assert bind == BindRequest("312", "att-1")
+    assert forwarded == {"user": "app", "database": "shop", "options": "-c statement_timeout=5s"}
+
+
+def test_binding_as_startup_parameters_as_asyncpg_sends_them() -> None:
+    forwarded, bind = split_binding(
+        {"user": "app", "sidecar.task": "312", "sidecar.attempt": "att-2"}
+    )
+    assert bind == BindRequest("312", "att-2")
+    assert forwarded == {"user": "app"}
+
+
+def test_options_holding_only_the_binding_are_dropped_entirely() -> None:
+    forwarded, bind = split_binding({"user": "app", "options": "-c sidecar.task=9"})
+    assert bind == BindRequest("9", None)
+    assert "options" not in forwarded
+
+
+def test_no_binding_at_all() -> None:
+    forwarded, bind = split_binding({"user": "app", "application_name": "psql"})
+    assert bind == BindRequest(None, None)
+    assert forwarded == {"user": "app", "application_name": "psql"}
