@@ -31,13 +31,34 @@ class ProtocolError(ValueError):
     """The peer sent bytes that are not the PostgreSQL protocol."""
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
-    """One message: ``kind`` is its type byte (``b""`` for startup-phase messages)."""
+    """One message: ``kind`` is its type byte, ``raw`` its exact bytes.
 
-    kind: bytes
-    body: bytes
-    raw: bytes
+    The body is sliced out of ``raw`` only when asked for: most messages are relayed
+    without ever being looked into.
+    """
+
+    __slots__ = ("_body", "kind", "raw")
+
+    def __init__(self, kind: bytes, body: bytes | None, raw: bytes) -> None:
+        self.kind = kind
+        self._body = body
+        self.raw = raw
+
+    @property
+    def body(self) -> bytes:
+        if self._body is None:
+            self._body = self.raw[5:]
+        return self._body
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and (self.kind, self.raw) == (other.kind, other.raw)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.raw))
+
+    def __repr__(self) -> str:
+        return f"Message({self.kind!r}, {self.raw!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +99,13 @@ class _Reader:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
+    def leftover(self) -> bytes:
+        """Bytes received but not yet framed (a message still arriving, or pipelined by
+        an eager peer), taken out of the reader."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        return rest
+
     def _framed(self) -> list[Message]:
         out: list[Message] = []
         buffer = self._buffer
@@ -90,7 +118,7 @@ class _Reader:
             if len(buffer) < end:
                 break
             raw = bytes(buffer[at:end])
-            out.append(Message(raw[:1], raw[5:], raw))
+            out.append(Message(raw[:1], None, raw))
             at = end
         del buffer[:at]
         return out
@@ -128,12 +156,6 @@ class FrontendReader(_Reader):
     def feed(self, data: bytes) -> list[Message]:
         self._buffer += data
         return self._framed()
-
-    def leftover(self) -> bytes:
-        """Bytes received after the startup message (pipelined by eager clients)."""
-        rest = bytes(self._buffer)
-        self._buffer.clear()
-        return rest
 
 
 class BackendReader(_Reader):

@@ -2,8 +2,9 @@
 transaction as the statement it records.
 
 For a statement a rule matches (in the scope of the connection's task), the sidecar
-inserts ``(task, key)`` into ``effect_sidecar.effects`` *in the agent's database*, with
-``ON CONFLICT DO NOTHING RETURNING``, in the same transaction as the statement:
+inserts ``(task, key)`` into ``effect_sidecar.effects`` *in the agent's database*
+(:mod:`.records`), with ``ON CONFLICT DO NOTHING RETURNING``, in the same transaction as
+the statement:
 
 * a row comes back - the effect is new: the statement runs, its command tag (and any
   rows it returned) is stored in that row, and statement and record commit - or roll
@@ -15,80 +16,52 @@ inserts ``(task, key)`` into ``effect_sidecar.effects`` *in the agent's database
 
 A statement outside a transaction is wrapped in one the sidecar opens and commits; one
 inside the agent's transaction is recorded in it, and counts only if the agent commits.
-The outcome is mirrored into the sidecar's own effect log (for ``sidecar effects``, the
-audit trail and fencing): a stale attempt's statement is refused there first
-(``ES409``) and never runs.  The sidecar's own statements go by the extended protocol with
-parameters under names of its own, so they never disturb the agent's prepared statements.
+The outcome is mirrored into the sidecar's own effect log (:mod:`.mirror`): a stale
+attempt's statement is refused there first (``ES409``) and never runs.
+
+Round trips are what a recorded statement costs, so the sidecar's own requests ride
+together where they can: its BEGIN goes with the first request of the transaction, the
+completion of a record with the COMMIT, and logging the effect pending overlaps with
+both.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import logging
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sidecar import failpoints
-from sidecar.aio import spawn
-from sidecar.domain.model import EffectState, RecordedResponse
-from sidecar.errors import EffectExists, SidecarError, StaleGeneration
+from sidecar.domain.model import EffectState
+from sidecar.errors import SidecarError, StaleGeneration
 from sidecar.metrics import Metrics
-from sidecar.pgwire import messages
+from sidecar.pgwire import messages, records
 from sidecar.pgwire.codec import Message
+from sidecar.pgwire.mirror import Done, LogMirror
+from sidecar.pgwire.records import Refused, Skipped
 from sidecar.pgwire.relay import BindRequest
-from sidecar.pgwire.session import SKIPPED, Conversation, Portal
+from sidecar.pgwire.session import Conversation, Portal
 from sidecar.proxy.bindings import Binding, Bindings
 from sidecar.rules import EffectKind, RuleSet
 from sidecar.rules.matcher import SqlRuleMatch
 from sidecar.rules.sql import Statement, split
 from sidecar.store import Store
 
-log = logging.getLogger("sidecar.pgwire")
-
-SCHEMA = (
-    "SELECT pg_advisory_xact_lock(7301729000)",
-    "CREATE SCHEMA IF NOT EXISTS effect_sidecar",
-    "CREATE TABLE IF NOT EXISTS effect_sidecar.effects ("
-    " task text NOT NULL, key text NOT NULL, attempt_id text NOT NULL,"
-    " generation integer NOT NULL, statement text NOT NULL, command_tag text,"
-    " row_description bytea, data_rows bytea, recorded_at timestamptz NOT NULL DEFAULT now(),"
-    " PRIMARY KEY (task, key))",
-)
-RECORD = (
-    "INSERT INTO effect_sidecar.effects (task, key, attempt_id, generation, statement)"
-    " VALUES ($1, $2, $3, $4::integer, $5) ON CONFLICT (task, key) DO NOTHING RETURNING 1"
-)
-COMPLETE = (
-    "UPDATE effect_sidecar.effects SET command_tag = $3, row_description = $4::bytea,"
-    " data_rows = $5::bytea WHERE task = $1 AND key = $2"
-)
-RECALL = (
-    "SELECT command_tag, row_description, data_rows FROM effect_sidecar.effects"
-    " WHERE task = $1 AND key = $2"
-)
 TX_CONTROL = frozenset({"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT",
                         "RELEASE", "PREPARE"})  # fmt: skip
-REFUSED = "DO $$BEGIN RAISE EXCEPTION USING ERRCODE = 'ES409', MESSAGE = 'refused by effect-sidecar'; END$$"  # noqa: E501
+# Statements PostgreSQL refuses inside a transaction block: they cannot share one with
+# their record, so they are recorded right after they run (see _outside_transaction).
+NO_TRANSACTION = re.compile(
+    r"^(create|drop|reindex)\b.*\bconcurrently\b|^(vacuum|alter system)\b"
+    r"|^(create|drop) (database|tablespace)\b|^reindex (database|system)\b",
+    re.IGNORECASE,
+)
+_FIRST_WORD = re.compile(rb"[A-Za-z]+")
 UNBOUND = (
     "no task is bound to this connection: run the agent under `sidecar exec` "
     "(it sets PGOPTIONS=-c sidecar.task=...)"
 )
-REPLAYED, FAILED = "replayed", "failed"
-UNDEFINED_TABLE = "42P01"
-_names = itertools.count(1)
-
-
-class Skipped(Exception):
-    """The server skipped the sidecar's request (an earlier message of the batch failed)."""
-
-
-class Refused(Exception):
-    """The statement must not run: its answer to the agent is an ErrorResponse."""
-
-    def __init__(self, code: str, text: str) -> None:
-        super().__init__(text)
-        self.code = code
-        self.text = text
 
 
 @dataclass
@@ -102,10 +75,16 @@ class PgEffects:
     schemas_ready: set[str] = field(default_factory=set)
     guarded_cache: dict[str, bool] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self._kinds = _kinds_needed(self.rules)
+        self._kinds_b = None if self._kinds is None else {k.encode() for k in self._kinds}
+
     def engine(self, bind: BindRequest, database: str) -> Statements:
         return Statements(self, bind, database)
 
     def guards(self, sql: str) -> bool:
+        if not self.might_guard(sql.encode()):
+            return False  # most statements stop here, unparsed
         known = self.guarded_cache.get(sql)
         if known is None:
             known = any(self.match(Statement.of(text)) is not None for text in split(sql))
@@ -113,6 +92,19 @@ class PgEffects:
                 self.guarded_cache.clear()
             self.guarded_cache[sql] = known
         return known
+
+    def might_guard(self, sql: bytes) -> bool:
+        """A first look, cheap enough for every query: False only when no rule can match.
+
+        One statement with no leading comment is judged by its first word; anything else
+        (comments, several statements, a rule with no kind) is looked at closely."""
+        if self._kinds_b is None or b"sidecar:key" in sql:
+            return True
+        body = sql.strip().rstrip(b";")
+        if b";" in body or body.startswith((b"--", b"/*")):
+            return True
+        first = _FIRST_WORD.match(body)
+        return first is not None and first.group(0).upper() in self._kinds_b
 
     def match(self, statement: Statement) -> SqlRuleMatch | None:
         found = self.rules.match_sql(statement)
@@ -126,19 +118,13 @@ class _Query:
     """A simple Query being run: the answer so far, and the transaction the sidecar holds."""
 
     out: bytearray = field(default_factory=bytearray)
-    ours_open: bool = False
+    ours_open: bool = False  # the sidecar's own transaction is open (or its BEGIN owed)
+    begin_sent: bool = False
+    # Requests of the sidecar's own, each ending with Sync, not sent yet: they go with the
+    # next one (BEGIN with the first request, a record's completion with COMMIT).
+    owed: list[list[bytes]] = field(default_factory=list)
     in_ours: list[Done] = field(default_factory=list)  # recorded inside our transaction
     committed: list[Done] = field(default_factory=list)
-
-
-@dataclass
-class Done:
-    """A guarded statement's effect, waiting for its transaction to end."""
-
-    binding: Binding
-    key: str
-    tag: str
-    rule: str | None = None
 
 
 class Statements:
@@ -148,10 +134,14 @@ class Statements:
         self.shared = shared
         self.bind = bind
         self.database = database
+        self.mirror = LogMirror(shared.store, shared.metrics, database)
         self.uncommitted: list[Done] = []  # recorded inside a transaction the agent owns
         # The schema was created in the transaction now open: it exists for every other
         # connection only once that transaction commits (see ready()).
         self.schema_in_transaction = False
+
+    def might_guard(self, sql: bytes) -> bool:
+        return self.shared.might_guard(sql)
 
     def guards(self, sql: str) -> bool:
         return self.shared.guards(sql)
@@ -164,13 +154,13 @@ class Statements:
         # A multi-statement Query is one implicit transaction: keep it one.  With explicit
         # transaction control inside it, each guarded statement is wrapped on its own.
         wrap_all = conversation.tracker.status == "I" and not any(
-            s.kind in TX_CONTROL for s in statements
+            s.kind in TX_CONTROL or NO_TRANSACTION.search(s.normalised) for s in statements
         )
         run = _Query()
         try:
             binding = await self._binding()
             if wrap_all:
-                await self._begin(conversation, run)
+                self._begin(run)
             for statement in statements:
                 if not await self._one(conversation, binding, statement, run):
                     break
@@ -182,11 +172,11 @@ class Statements:
                 await self._fail_transaction(conversation)
             run.out += messages.error_response(refused.code, refused.text)
         if run.ours_open:
-            await self._run(conversation, "ROLLBACK")  # something failed inside our wrap
+            await self._rollback(conversation, run)  # something failed inside our wrap
         for done in run.committed:
-            await self._mirror(done, EffectState.COMPLETED)
+            self.mirror.ended(done, committed=True)
         for done in run.in_ours:
-            await self._mirror(done, EffectState.FAILED)
+            self.mirror.ended(done, committed=False)
         run.out += messages.ready_for_query(conversation.tracker.status)
         conversation.send_client(bytes(run.out))
 
@@ -196,15 +186,21 @@ class Statements:
         """One statement of a simple Query; False if it failed (the rest is skipped)."""
         match = self.shared.match(statement)
         if match is None:
-            answers = await self._run(conversation, statement.text)
+            answers = await self._ask(conversation, run, messages.query(statement.text))
             run.out += b"".join(a.raw for a in answers if a.kind != b"Z")
             return not any(a.kind == b"E" for a in answers)
         wrap_one = not run.ours_open and conversation.tracker.status == "I"
+        if wrap_one and NO_TRANSACTION.search(statement.normalised):
+            answer, succeeded = await self._outside_transaction(
+                conversation, binding, match, statement,
+                lambda: self._ask(conversation, run, messages.query(statement.text)),
+            )  # fmt: skip
+            run.out += answer
+            return succeeded
         if wrap_one:
-            await self._begin(conversation, run)
-        done, relay = await self._guarded_simple(conversation, binding, match, statement)
-        run.out += relay
-        if done is FAILED:
+            self._begin(run)
+        done = await self._guarded_simple(conversation, binding, match, statement, run)
+        if done is None:
             return False
         if isinstance(done, Done):
             (run.in_ours if run.ours_open else self.uncommitted).append(done)
@@ -212,50 +208,131 @@ class Statements:
             await self._commit(conversation, run)
         return True
 
-    async def _begin(self, conversation: Conversation, run: _Query) -> None:
-        await self._run(conversation, "BEGIN")
-        run.ours_open = True
-
-    async def _commit(self, conversation: Conversation, run: _Query) -> None:
-        """COMMIT our transaction; if it rolled back, relay the error, mirror as failed."""
-        answers = await self._run(conversation, "COMMIT")
-        run.ours_open = False
-        failed = [a for a in answers if a.kind == b"E"]
-        run.out += b"".join(a.raw for a in failed)
-        if failed or _tag(answers) != "COMMIT":
-            return  # in_ours stay, and are mirrored as failed
-        for done in run.in_ours:
-            failpoints.reach("sql.after_commit", done.rule)
-        run.committed += run.in_ours
-        run.in_ours.clear()
-
     async def _guarded_simple(
         self,
         conversation: Conversation,
         binding: Binding,
         match: SqlRuleMatch,
         statement: Statement,
-    ) -> tuple[Done | str, bytes]:
-        """Run (or replay) one guarded statement: (its Done, REPLAYED or FAILED; answers)."""
+        run: _Query,
+    ) -> Done | bool | None:
+        """Run (or replay) one guarded statement, its answer added to ``run.out``: its
+        Done if it ran, True if replayed, None if it failed."""
         key = match.key(statement)
-        await self._ensure_schema(conversation, sync=True)
-        logged = await self._mirror_pending(binding, match, key, statement)
-        if not await self._record(conversation, binding, key, statement, sync=True):
-            tag, answer = await self._recall(conversation, binding, key, True)
-            self._replayed(binding, key, logged, tag)
-            return REPLAYED, answer
-        await self._run_again(binding, key, logged)
-        answers = await self._run(conversation, statement.text)
-        relay = b"".join(a.raw for a in answers if a.kind != b"Z")
+        logging_it = asyncio.ensure_future(self.mirror.pending(binding, match, key, statement))
+        try:
+            await self._ensure_schema(conversation, run)
+            values = records.record_values(
+                binding.task, key, binding.attempt_id, binding.generation, statement.text
+            )
+            answers = await self._ask(
+                conversation, run, *records.request(records.RECORD, values, sync=True)
+            )
+            self._check_record(answers)
+        finally:
+            logged = await logging_it  # before the statement may run: logged pending
+        if not records.is_new(answers):
+            answers = await self._ask(
+                conversation, run, *records.request(records.RECALL, [binding.task, key], sync=True)
+            )
+            records.raise_on_error(answers, "cannot read effect_sidecar.effects")
+            recalled = records.recalled(answers)
+            self.mirror.replayed(binding, key, logged, recalled.tag, match.rule.name)
+            run.out += recalled.answer(simple=True)
+            return True
+        await self.mirror.run_again(binding, key, logged)
+        answers = await self._ask(conversation, run, messages.query(statement.text))
+        run.out += b"".join(a.raw for a in answers if a.kind != b"Z")
+        done = Done(binding, key, match.rule.name, records.command_tag(answers))
         if any(a.kind == b"E" for a in answers):
-            await self._mirror_failed(binding, key, answers)
-            return FAILED, relay
+            self.mirror.failed(done, answers)
+            return None
         failpoints.reach("sql.after_statement", match.rule.name)
-        tag = _tag(answers)
-        rows = b"".join(a.raw for a in answers if a.kind == b"D")
         description = b"".join(a.raw for a in answers if a.kind == b"T")
-        await self._complete(conversation, binding, key, tag, description, rows, sync=True)
-        return Done(binding, key, tag, match.rule.name), relay
+        rows = b"".join(a.raw for a in answers if a.kind == b"D")
+        values = records.complete_values(binding.task, key, done.tag, description, rows)
+        completion = records.request(records.COMPLETE, values, sync=True)
+        if run.ours_open:
+            run.owed.append(completion)  # goes with our COMMIT
+        else:
+            answers = await self._ask(conversation, run, *completion)
+            records.raise_on_error(answers, "cannot complete the record in effect_sidecar.effects")
+        return done
+
+    async def _outside_transaction(
+        self,
+        conversation: Conversation,
+        binding: Binding,
+        match: SqlRuleMatch,
+        statement: Statement,
+        run_it: Callable[[], Awaitable[list[Message]]],
+    ) -> tuple[bytes, bool]:
+        """A statement PostgreSQL will not run in a transaction block (CREATE INDEX
+        CONCURRENTLY, VACUUM, ...) cannot share one with a record: it gets the HTTP flow
+        instead - logged pending, run, logged completed before the agent is answered, and
+        replayed from the effect log.  A crash between running and logging leaves it
+        unknown and the next attempt runs it again: the one window the other statements do
+        not have.  Returns the answer for the agent (its own or the recorded one), and
+        whether the statement succeeded."""
+        key = match.key(statement)
+        logged = await self.mirror.pending_effect(binding, match, key, statement)
+        state = None if logged is None else logged.state
+        if logged is not None and logged.state is EffectState.COMPLETED:
+            tag = dict(logged.response.headers if logged.response else ()).get("x-command-tag")
+            self.mirror.replayed(binding, key, state, tag or "", match.rule.name)
+            return messages.command_complete(tag or ""), True
+        await self.mirror.run_again(binding, key, state)
+        answers = await run_it()
+        done = Done(binding, key, match.rule.name, records.command_tag(answers))
+        succeeded = not any(a.kind == b"E" for a in answers)
+        if succeeded:
+            failpoints.reach("sql.after_statement", match.rule.name)
+            await self.mirror.completed_now(done)
+        else:
+            self.mirror.failed(done, answers)
+        return b"".join(a.raw for a in answers if a.kind != b"Z"), succeeded
+
+    def _begin(self, run: _Query) -> None:
+        run.ours_open, run.begin_sent = True, False
+        run.owed.append([messages.query("BEGIN")])
+
+    async def _commit(self, conversation: Conversation, run: _Query) -> None:
+        """COMMIT our transaction; if it rolled back, relay the error, mirror as failed."""
+        if not run.begin_sent:
+            run.owed.clear()  # nothing ran in it: nothing to commit
+            run.ours_open = False
+            return
+        answers = await self._ask(conversation, run, messages.query("COMMIT"))
+        run.ours_open = False
+        failed = [a for a in answers if a.kind == b"E"]
+        run.out += b"".join(a.raw for a in failed)
+        if failed or records.command_tag(answers) != "COMMIT":
+            return  # in_ours stay, and are mirrored as failed
+        for done in run.in_ours:
+            failpoints.reach("sql.after_commit", done.rule)
+        run.committed += run.in_ours
+        run.in_ours.clear()
+
+    async def _rollback(self, conversation: Conversation, run: _Query) -> None:
+        run.owed.clear()
+        run.ours_open = False
+        if run.begin_sent:
+            await conversation.ask(messages.query("ROLLBACK"))
+
+    async def _ask(self, conversation: Conversation, run: _Query, *parts: bytes) -> list[Message]:
+        """Send ``parts`` after what ``run`` still owes; the answers to ``parts``.
+
+        A failure of an owed request (BEGIN, a record's completion) is a refusal: the
+        transaction it belongs to is failed, whatever ``parts`` were.
+        """
+        owed, run.owed = run.owed, []
+        run.begin_sent = run.begin_sent or (run.ours_open and bool(owed))
+        answers = await conversation.ask(*(raw for request in owed for raw in request), *parts)
+        for _ in owed:
+            ready = next(i for i, a in enumerate(answers) if a.kind == b"Z")
+            mine, answers = answers[: ready + 1], answers[ready + 1 :]
+            records.raise_on_error(mine, "effect-sidecar's own request failed")
+        return answers
 
     # ---- extended query protocol ----------------------------------------------------
 
@@ -267,33 +344,56 @@ class Statements:
         key = match.key(statement, parameters)
         try:
             binding = await self._binding()
-            await self._ensure_schema(conversation, sync=False)
-            logged = await self._mirror_pending(binding, match, key, statement)
-            if not await self._record(conversation, binding, key, statement, sync=False):
-                tag, answer = await self._recall(conversation, binding, key, False)
-                self._replayed(binding, key, logged, tag)
+            if NO_TRANSACTION.search(statement.normalised):
+                answer, _ = await self._outside_transaction(
+                    conversation, binding, match, statement,
+                    lambda: conversation.ask(raw, messages.FLUSH),
+                )  # fmt: skip
                 conversation.send_client(answer)
                 return
-            await self._run_again(binding, key, logged)
+            logging_it = asyncio.ensure_future(self.mirror.pending(binding, match, key, statement))
+            try:
+                await self._ensure_schema(conversation, None)
+                values = records.record_values(
+                    binding.task, key, binding.attempt_id, binding.generation, statement.text
+                )
+                answers = await conversation.ask(
+                    *records.request(records.RECORD, values, sync=False)
+                )
+                self._check_record(answers)
+            finally:
+                logged = await logging_it  # before the statement may run: logged pending
+            if not records.is_new(answers):
+                answers = await conversation.ask(
+                    *records.request(records.RECALL, [binding.task, key], sync=False)
+                )
+                records.raise_on_error(answers, "cannot read effect_sidecar.effects")
+                recalled = records.recalled(answers)
+                self.mirror.replayed(binding, key, logged, recalled.tag, match.rule.name)
+                conversation.send_client(recalled.answer(simple=False))
+                return
+            await self.mirror.run_again(binding, key, logged)
         except Skipped:
             return  # an earlier message of this batch failed: the server skips to Sync
         except Refused as refused:
             # Make the server fail this transaction too, so it skips the rest of the
             # agent's messages up to Sync exactly as after any error.
-            await conversation.ask(*_request(REFUSED, [], sync=False))
+            await conversation.ask(*records.request(records.REFUSED, [], sync=False))
             conversation.send_client(messages.error_response(refused.code, refused.text))
             return
         answers = await conversation.ask(raw, messages.FLUSH)
+        done = Done(binding, key, match.rule.name, records.command_tag(answers))
         if any(a.kind == b"E" for a in answers):
             conversation.send_client(b"".join(a.raw for a in answers))
-            await self._mirror_failed(binding, key, answers)
+            self.mirror.failed(done, answers)
             return
         failpoints.reach("sql.after_statement", match.rule.name)
-        tag = _tag(answers)
         rows = b"".join(a.raw for a in answers if a.kind == b"D")
-        await self._complete(conversation, binding, key, tag, b"", rows, sync=False)
+        values = records.complete_values(binding.task, key, done.tag, b"", rows)
+        completion = await conversation.ask(*records.request(records.COMPLETE, values, sync=False))
+        records.raise_on_error(completion, "cannot complete the record in effect_sidecar.effects")
         conversation.send_client(b"".join(a.raw for a in answers))
-        self.uncommitted.append(Done(binding, key, tag, match.rule.name))
+        self.uncommitted.append(done)
 
     def ready(self, status: str, committed: bool) -> None:
         if status != "I":
@@ -301,232 +401,70 @@ class Statements:
         if self.schema_in_transaction and committed:
             self.shared.schemas_ready.add(self.database)
         self.schema_in_transaction = False
-        if not self.uncommitted:
-            return
         ended, self.uncommitted = self.uncommitted, []
-        outcome = EffectState.COMPLETED if committed else EffectState.FAILED
         for done in ended:
             if committed:
                 failpoints.reach("sql.after_commit", done.rule)
-            spawn(self._mirror(done, outcome), name=f"pg-mirror:{done.key}")
+            self.mirror.ended(done, committed)
+
+    def closed(self) -> None:
+        # What the mirror holds back goes now: the agent's next move (its exit, then
+        # `sidecar exec` releasing the lease) must find it already queued in the store.
+        self.mirror.flush()
 
     # ---- the sidecar's own statements -----------------------------------------------
 
-    async def _run(self, conversation: Conversation, sql: str) -> list[Message]:
-        return await conversation.ask(messages.query(sql))
-
-    async def _ensure_schema(self, conversation: Conversation, *, sync: bool) -> None:
+    async def _ensure_schema(self, conversation: Conversation, run: _Query | None) -> None:
         if self.database in self.shared.schemas_ready or self.schema_in_transaction:
             return
-        for sql in SCHEMA:
-            answers = await conversation.ask(*_request(sql, [], sync=sync))
-            _raise_on_error(answers, "cannot create the effect_sidecar schema")
+        for sql in records.SCHEMA:
+            if run is None:
+                answers = await conversation.ask(*records.request(sql, [], sync=False))
+            else:
+                answers = await self._ask(conversation, run, *records.request(sql, [], sync=True))
+            records.raise_on_error(answers, "cannot create the effect_sidecar schema")
         self.schema_in_transaction = True
 
-    async def _record(
-        self,
-        conversation: Conversation,
-        binding: Binding,
-        key: str,
-        statement: Statement,
-        *,
-        sync: bool,
-    ) -> bool:
-        """Insert the record; True if it is new (the statement must run)."""
-        values = [binding.task, key, binding.attempt_id, str(binding.generation), statement.text]
-        answers = await conversation.ask(*_request(RECORD, values, sync=sync))
-        if any(
-            messages.error_fields(a).get("C") == UNDEFINED_TABLE for a in answers if a.kind == b"E"
-        ):
+    def _check_record(self, answers: list[Message]) -> None:
+        if records.lost_table(answers):
             # Dropped behind the sidecar's back (or the database was re-created): make it
             # again next time instead of failing every statement from now on.
             self.shared.schemas_ready.discard(self.database)
-        _raise_on_error(answers, "cannot record the statement in effect_sidecar.effects")
-        return any(a.kind == b"D" for a in answers)
-
-    async def _complete(
-        self,
-        conversation: Conversation,
-        binding: Binding,
-        key: str,
-        tag: str,
-        description: bytes,
-        rows: bytes,
-        *,
-        sync: bool,
-    ) -> None:
-        values = [binding.task, key, tag, _bytea(description), _bytea(rows)]
-        answers = await conversation.ask(*_request(COMPLETE, values, sync=sync))
-        _raise_on_error(answers, "cannot complete the record in effect_sidecar.effects")
-
-    async def _recall(
-        self, conversation: Conversation, binding: Binding, key: str, simple: bool
-    ) -> tuple[str, bytes]:
-        """The recorded command tag, and the answer as the agent's protocol expects it."""
-        answers = await conversation.ask(*_request(RECALL, [binding.task, key], sync=simple))
-        _raise_on_error(answers, "cannot read effect_sidecar.effects")
-        row = next(messages.data_row_values(a) for a in answers if a.kind == b"D")
-        tag = (row[0] or b"").decode()
-        description = _unbytea(row[1]) if simple else b""
-        return tag, description + _unbytea(row[2]) + messages.command_complete(tag)
+        records.raise_on_error(answers, "cannot record the statement in effect_sidecar.effects")
 
     async def _fail_transaction(self, conversation: Conversation) -> None:
         if conversation.tracker.status == "T":
-            await self._run(conversation, REFUSED)  # the agent's transaction is now failed
-
-    # ---- binding and the mirror in the effect log ----------------------------------
+            # The agent's transaction is now failed, as after any error of its own.
+            await conversation.ask(messages.query(records.REFUSED))
 
     async def _binding(self) -> Binding:
-        bind = self.bind
+        bind, bindings = self.bind, self.shared.bindings
         try:
             if bind.task is None:
                 raise Refused("ES428", UNBOUND)
             if bind.attempt_id is not None:
-                return await self.shared.bindings.for_attempt(bind.task, bind.attempt_id)
-            return await self.shared.bindings.for_task(bind.task, "pg")
+                binding = await bindings.for_attempt(bind.task, bind.attempt_id)
+            else:
+                binding = await bindings.for_task(bind.task, "pg")
+            await bindings.with_time_left(binding)  # self-fencing: SPEC §3.5
         except StaleGeneration as stale:
             self.shared.metrics.stale_writes_refused.labels("postgres").inc()
             raise Refused("ES409", f"effect-sidecar: {stale.detail}") from stale
         except SidecarError as error:
             raise Refused("ES" + str(error.status), f"effect-sidecar: {error.detail}") from error
-
-    async def _mirror_pending(
-        self, binding: Binding, match: SqlRuleMatch, key: str, statement: Statement
-    ) -> EffectState | None:
-        """Log the effect as pending; if a previous try logged it, that try's state.
-
-        A previous try still logged pending died before its transaction's outcome was
-        mirrored: it becomes unknown, and the target database (the record there, or its
-        absence) settles it.
-        """
-        store = self.shared.store
-        try:
-            await store.record_pending(
-                binding.task, key, binding.attempt_id, binding.generation,
-                kind="sql", rule=match.rule.name,
-                fingerprint="sha256:" + hashlib.sha256(statement.normalised.encode()).hexdigest(),
-                idempotency_key=None,
-                request={"database": self.database, "statement": statement.normalised[:4000]},
-            )  # fmt: skip
-        except EffectExists as logged:
-            existing = logged.existing
-            if existing.state is EffectState.PENDING:
-                existing = await store.transition_effect(
-                    binding.task, key, binding.attempt_id, binding.generation,
-                    EffectState.UNKNOWN,
-                    detail="the try that logged it ended before its transaction's outcome was seen",
-                )  # fmt: skip
-            return existing.state
-        except StaleGeneration as stale:
-            raise Refused("ES409", f"effect-sidecar: {stale.detail}") from stale
-        except SidecarError as error:
-            raise Refused("ES503", f"effect-sidecar: {error.detail}") from error
-        return None
-
-    async def _run_again(self, binding: Binding, key: str, logged: EffectState | None) -> None:
-        """No record committed in the target database: a previous try did not happen."""
-        if logged not in (EffectState.UNKNOWN, EffectState.FAILED):
-            if logged is EffectState.COMPLETED:
-                log.warning(
-                    "task %s: effect %s is completed in the effect log but has no record in "
-                    "database %s (was effect_sidecar.effects emptied?): running it again",
-                    binding.task, key, self.database,
-                )  # fmt: skip
-            return
-        try:
-            await self.shared.store.transition_effect(
-                binding.task, key, binding.attempt_id, binding.generation, EffectState.PENDING,
-                detail="no record committed in the target database: running it again",
-            )  # fmt: skip
-        except StaleGeneration as stale:
-            raise Refused("ES409", f"effect-sidecar: {stale.detail}") from stale
-        except SidecarError as error:
-            raise Refused("ES503", f"effect-sidecar: {error.detail}") from error
-
-    def _replayed(self, binding: Binding, key: str, logged: EffectState | None, tag: str) -> None:
-        self.shared.metrics.effects.labels("sql", "replayed").inc()
-        spawn(self._note(binding, key, logged, tag), name=f"pg-replay:{key}")
-
-    async def _note(self, binding: Binding, key: str, logged: EffectState | None, tag: str) -> None:
-        """Log a replay; a previous try's effect the log did not see commit, as completed."""
-        store = self.shared.store
-        try:
-            if logged is EffectState.FAILED:
-                await store.transition_effect(
-                    binding.task, key, binding.attempt_id, binding.generation,
-                    EffectState.PENDING, detail="a record committed in the target database",
-                )  # fmt: skip
-            if logged is not EffectState.COMPLETED:
-                await store.transition_effect(
-                    binding.task, key, binding.attempt_id, binding.generation,
-                    EffectState.COMPLETED, response=_answered(tag),
-                    detail=f"{tag}: committed in the target database",
-                )  # fmt: skip
-            await store.note_effect(
-                binding.task, key, binding.attempt_id, binding.generation, "replayed"
-            )
-        except SidecarError as error:
-            log.warning("replay of %s not written to the effect log: %s", key, error.detail)
-
-    async def _mirror(self, done: Done, outcome: EffectState) -> None:
-        binding = done.binding
-        try:
-            await self.shared.store.transition_effect(
-                binding.task, done.key, binding.attempt_id, binding.generation, outcome,
-                response=_answered(done.tag) if outcome is EffectState.COMPLETED else None,
-                detail=done.tag if outcome is EffectState.COMPLETED else "rolled back",
-            )  # fmt: skip
-            self.shared.metrics.effects.labels("sql", "recorded").inc()
-        except SidecarError as error:
-            log.warning("effect %s not mirrored: %s", done.key, error.detail)
-
-    async def _mirror_failed(self, binding: Binding, key: str, answers: list[Message]) -> None:
-        await self._mirror(Done(binding, key, _error_text(answers)), EffectState.FAILED)
+        return binding
 
 
-def _request(sql: str, values: list[str], *, sync: bool) -> list[bytes]:
-    name = f"__effect_sidecar_{next(_names)}"
-    return [
-        messages.parse_message(name, sql),
-        messages.bind_message(name, name, [v.encode() for v in values]),
-        messages.execute_message(name),
-        messages.close_message("P", name),
-        messages.close_message("S", name),
-        messages.SYNC if sync else messages.FLUSH,
-    ]
-
-
-def _raise_on_error(answers: list[Message], what: str) -> None:
-    if any(a.kind == SKIPPED for a in answers):
-        raise Skipped(what)
-    for answer in answers:
-        if answer.kind == b"E":
-            raise Refused("ES500", f"effect-sidecar: {what}: {_error_text([answer])}")
-
-
-def _error_text(answers: list[Message]) -> str:
-    for answer in answers:
-        if answer.kind == b"E":
-            fields = messages.error_fields(answer)
-            return f"{fields.get('C', '')} {fields.get('M', '')}".strip()
-    return ""
-
-
-def _tag(answers: list[Message]) -> str:
-    return next((messages.command_tag(a) for a in answers if a.kind == b"C"), "")
-
-
-def _answered(tag: str) -> RecordedResponse:
-    """A command tag as the effect log keeps answers (HTTP-shaped: 200 and a header)."""
-    return RecordedResponse(200, (("x-command-tag", tag),))
-
-
-def _bytea(data: bytes) -> str:
-    return "\\x" + data.hex()
-
-
-def _unbytea(value: bytes | None) -> bytes:
-    if not value:
-        return b""
-    text = value.decode()
-    return bytes.fromhex(text[2:]) if text.startswith("\\x") else b""
+def _kinds_needed(rules: RuleSet) -> frozenset[str] | None:
+    """The statement kinds some SQL rule records (a keyed comment is looked for apart),
+    or None when a rule with no kind (a bare regex) could match any statement."""
+    kinds: set[str] = set()
+    for rule in rules.rules:
+        if rule.sql is None or rule.effect is not EffectKind.NON_IDEMPOTENT:
+            continue
+        condition = rule.sql.sql
+        if condition.kind:
+            kinds.update(condition.kind)
+        elif not condition.comment:
+            return None
+    return frozenset(kinds)

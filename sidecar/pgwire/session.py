@@ -45,6 +45,11 @@ class Portal:
 class Engine(Protocol):
     """What the session asks of the exactly-once engine (None: no rules for SQL)."""
 
+    def might_guard(self, sql: bytes) -> bool:
+        """A first look at a query's bytes: False only if no statement of it can be one
+        a rule records (then ``guards`` is not asked)."""
+        ...
+
     def guards(self, sql: str) -> bool:
         """Whether any statement of ``sql`` is one a rule records."""
         ...
@@ -59,6 +64,10 @@ class Engine(Protocol):
 
     def ready(self, status: str, committed: bool) -> None:
         """A ReadyForQuery went by: ``status``, and whether a transaction just committed."""
+        ...
+
+    def closed(self) -> None:
+        """The connection ended (the agent left, or was killed)."""
         ...
 
 
@@ -114,16 +123,59 @@ async def run_session(
     backend: BackendReader,
     engine: Engine | None,
 ) -> None:
+    if engine is None:
+        # No SQL rule: nothing to look for, so no message is framed at all.
+        await _copy_both_ways(
+            client_reader, client_writer, server_reader, server_writer, frontend, backend
+        )
+        return
     conversation = Conversation(client_writer, server_writer, Tracker())
-    if engine is not None:
-        conversation.on_ready = engine.ready
+    conversation.on_ready = engine.ready
     server_task = asyncio.create_task(_server_loop(server_reader, backend, conversation))
+    client_task = asyncio.create_task(_client_loop(client_reader, frontend, conversation, engine))
+    # When the server goes away, the client loop (waiting on the agent) ends too.
+    server_task.add_done_callback(lambda _: client_task.cancel())
     try:
-        await _client_loop(client_reader, frontend, conversation, engine, server_task)
+        await client_task
+    except asyncio.CancelledError:
+        if not server_task.done():
+            raise  # this session itself is being cancelled
     finally:
+        engine.closed()
+        client_task.cancel()
         server_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
             await server_task
+        with contextlib.suppress(Exception):
+            server_writer.close()
+
+
+async def _copy_both_ways(
+    client_reader: asyncio.StreamReader,
+    client_writer: asyncio.StreamWriter,
+    server_reader: asyncio.StreamReader,
+    server_writer: asyncio.StreamWriter,
+    frontend: FrontendReader,
+    backend: BackendReader,
+) -> None:
+    async def copy(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pending: bytes
+    ) -> None:
+        if pending:
+            writer.write(pending)
+        while data := await reader.read(READ_SIZE):
+            writer.write(data)
+            await writer.drain()
+
+    upward = asyncio.create_task(copy(client_reader, server_writer, frontend.leftover()))
+    downward = asyncio.create_task(copy(server_reader, client_writer, backend.leftover()))
+    try:
+        await asyncio.wait({upward, downward}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (upward, downward):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await asyncio.gather(upward, downward)
         with contextlib.suppress(Exception):
             server_writer.close()
 
@@ -132,31 +184,30 @@ async def _server_loop(
     reader: asyncio.StreamReader, backend: BackendReader, conversation: Conversation
 ) -> None:
     tracker = conversation.tracker
-    errored, last_tag = False, ""
+    on_ready = conversation.on_ready
+    errored, rolled_back = False, False
     while data := await reader.read(READ_SIZE):
         relay = bytearray()
         for m in backend.feed(data):
-            owed_before = any(p.ours for p in tracker.queue)
-            if m.kind == b"E":
+            kind = m.kind
+            owed_before = tracker.ours_owed
+            if kind == b"E":
                 errored = True
-            elif m.kind == b"C":
-                last_tag = messages.command_tag(m)
+            elif kind == b"C":
+                rolled_back = m.raw[5:14] == b"ROLLBACK\0"
             pending = tracker.received(m)
-            owed = any(p.ours for p in tracker.queue)
             if pending is not None and pending.ours:
-                conversation.ours.put_nowait((m, not owed))
+                conversation.ours.put_nowait((m, tracker.ours_owed == 0))
             else:
                 relay += m.raw
-                if owed_before and not owed:
+                if owed_before and not tracker.ours_owed:
                     # The agent's error made the server skip the sidecar's requests too.
                     conversation.ours.put_nowait((Message(SKIPPED, b"", b""), True))
-            if m.kind == b"Z":
-                if conversation.on_ready is not None:
+            if kind == b"Z":
+                if on_ready is not None:
                     ended = tracker.status == "I"
-                    conversation.on_ready(
-                        tracker.status, ended and not errored and last_tag != "ROLLBACK"
-                    )
-                errored, last_tag = False, ""
+                    on_ready(tracker.status, ended and not errored and not rolled_back)
+                errored, rolled_back = False, False
         if relay:
             conversation.client.write(bytes(relay))
             await conversation.client.drain()
@@ -169,21 +220,15 @@ async def _client_loop(
     reader: asyncio.StreamReader,
     frontend: FrontendReader,
     conversation: Conversation,
-    engine: Engine | None,
-    server_task: asyncio.Task[None],
+    engine: Engine,
 ) -> None:
     statements: dict[str, Prepared] = {}
     portals: dict[str, Portal] = {}
-    guarded = engine.guards if engine is not None else _never
-    while True:
-        read = asyncio.ensure_future(reader.read(READ_SIZE))
-        done, _ = await asyncio.wait({read, server_task}, return_when=asyncio.FIRST_COMPLETED)
-        if read not in done:
-            read.cancel()
-            return  # the server closed the connection
-        data = read.result()
-        if not data:
-            return
+    guarded = engine.guards
+    tracker = conversation.tracker
+    pending = frontend.leftover()
+    while data := pending or await reader.read(READ_SIZE):
+        pending = b""
         out = bytearray()
         for m in frontend.feed(data):
             kind = m.kind
@@ -202,9 +247,9 @@ async def _client_loop(
             elif kind == b"X":
                 conversation.server.write(bytes(out) + m.raw)
                 return
-            handler = _handler(kind, m, statements, portals, engine)
+            handler = _handler(kind, m, portals, engine)
             if handler is None:
-                conversation.tracker.sent(kind, ours=False)
+                tracker.sent(kind, ours=False)
                 out += m.raw
                 continue
             if out:
@@ -218,16 +263,12 @@ async def _client_loop(
 
 
 def _handler(
-    kind: bytes,
-    m: Message,
-    statements: dict[str, Prepared],
-    portals: dict[str, Portal],
-    engine: Engine | None,
+    kind: bytes, m: Message, portals: dict[str, Portal], engine: Engine
 ) -> Callable[[Conversation], Awaitable[None]] | None:
     """The engine's handler for a message that runs a guarded statement, else None."""
-    if engine is None:
-        return None
     if kind == b"Q":
+        if not engine.might_guard(m.raw[5:-1]):
+            return None  # judged on the bytes: most queries are never decoded
         sql = messages.query_text(m)
         if engine.guards(sql):
             return lambda c: engine.simple(c, sql, m.raw)
@@ -239,7 +280,3 @@ def _handler(
 
 
 _UNKNOWN = Prepared("", guarded=False)
-
-
-def _never(sql: str) -> bool:
-    return False

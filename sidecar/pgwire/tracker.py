@@ -39,7 +39,7 @@ _TERMINAL = {
 ASYNC = frozenset({b"N", b"A", b"S"})  # notice, notification, parameter status
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     kind: bytes  # the client message type this answers
     ours: bool  # injected by the sidecar: its answers are not relayed
@@ -50,10 +50,17 @@ class Tracker:
     def __init__(self) -> None:
         self.queue: deque[Pending] = deque()
         self.status = "I"  # from the last ReadyForQuery
+        self.ours_owed = 0  # queued requests of the sidecar's own (kept, not counted)
 
     def sent(self, kind: bytes, *, ours: bool) -> None:
         if kind in _TERMINAL:
             self.queue.append(Pending(kind, ours, kind in b"PBDECS"))
+            self.ours_owed += ours
+
+    def _pop(self) -> Pending:
+        done = self.queue.popleft()
+        self.ours_owed -= done.ours
+        return done
 
     @property
     def idle(self) -> bool:
@@ -69,13 +76,13 @@ class Tracker:
         # An error answering Sync (a COMMIT of the implicit transaction failing, e.g. on a
         # deferred constraint) is followed by that Sync's own ReadyForQuery.
         if m.kind == b"E" and head.kind not in (b"Q", b"F", b"S"):
-            self.queue.popleft()
+            self._pop()
             # The server now ignores everything until Sync: those requests get no answer.
             while self.queue and self.queue[0].kind != b"S":
-                self.queue.popleft()
+                self._pop()
             return head
         if m.kind == b"Z":
-            self.status = chr(m.body[0]) if m.body else "I"
+            self.status = chr(m.raw[5]) if len(m.raw) > 5 else "I"
         if m.kind in _TERMINAL[head.kind]:
-            self.queue.popleft()
+            self._pop()
         return head

@@ -244,13 +244,17 @@ class PostgresWorld:
         return found
 
     def settled_effects(self, task: str = TASK, timeout: float = 10.0) -> list[dict[str, Any]]:
-        """The effect log once no effect is pending (mirroring runs in the background)."""
+        """The effect log once it has stopped changing and nothing is pending: what
+        follows a statement is mirrored in the background, shortly after it."""
         deadline = time.monotonic() + timeout
+        last: list[dict[str, Any]] | None = None
         while True:
             found = self.effects(task)
-            if all(e["state"] != "pending" for e in found) or time.monotonic() > deadline:
+            quiet = found == last and all(e["state"] != "pending" for e in found)
+            if quiet or time.monotonic() > deadline:
                 return found
-            time.sleep(0.05)
+            last = found
+            time.sleep(0.15)
 
     def close(self) -> None:
         for agent in self.agents:

@@ -233,3 +233,20 @@ def test_the_same_statement_with_new_parameters_is_a_new_effect(world: PostgresW
         for n in (3, 4):  # a keyed comment names the effect, whatever the parameters
             db.execute("/* sidecar:key=opening-entry */ " + insert, (n,))
     assert world.rows("SELECT id FROM ledger_entries ORDER BY id") == [(1,), (2,), (3,)]
+
+
+@pytest.mark.parametrize("simple", [False, True], ids=["extended", "simple"])
+def test_a_statement_that_cannot_run_in_a_transaction_still_runs_once(
+    world: PostgresWorld, table: str, simple: bool
+) -> None:
+    task = f"clients-{table}-{simple}"
+    index = f"{table}_by_name_{int(simple)}"
+    sql = f"CREATE INDEX CONCURRENTLY {index} ON {table} (name)"
+    kw = {"cursor_factory": psycopg.ClientCursor} if simple else {}
+    with connect(world, world.claim(task), **kw) as db:
+        assert db.execute(sql).statusmessage == "CREATE INDEX"
+    with connect(world, world.claim(task), **kw) as db:  # the next attempt: replayed
+        assert db.execute(sql).statusmessage == "CREATE INDEX"
+    assert world.value("SELECT count(*) FROM pg_indexes WHERE indexname = %s", index) == 1
+    (effect,) = world.settled_effects(task)
+    assert [e["event"] for e in effect["events"]] == ["pending", "completed", "replayed"]

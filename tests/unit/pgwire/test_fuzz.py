@@ -2,7 +2,7 @@
 
 The sans-io half feeds random bytes and truncated messages to the readers and to every
 decoder.  The relay half runs a real :class:`~sidecar.pgwire.relay.Relay` (with the
-session :mod:`sidecar.server` wires, without an engine) in front of a small fake
+session :mod:`sidecar.server` wires, with an engine that guards nothing) in front of a fake
 PostgreSQL server, and sends it random typed messages after a valid start-up, or random
 bytes instead of one.  Each bad connection must end with PostgreSQL's answer to a
 protocol violation - a FATAL ErrorResponse with SQLSTATE 08P01, then the close - and the
@@ -37,7 +37,7 @@ from sidecar.pgwire.codec import (
     startup_packet,
 )
 from sidecar.pgwire.relay import BindRequest, Relay, Upstream
-from sidecar.pgwire.session import run_session
+from sidecar.pgwire.session import Conversation, Portal, run_session
 
 FUZZ = settings(max_examples=200, deadline=None)
 RELAY_FUZZ = settings(max_examples=120, deadline=None)
@@ -60,6 +60,29 @@ DECODERS: list[Callable[[Message], object]] = [
     messages.sasl_mechanisms,
     messages.data_row_values,
 ]
+
+
+class NothingGuarded:
+    """An exactly-once engine whose rules match no statement: the session frames and
+    tracks every message, and hands none over."""
+
+    def might_guard(self, sql: bytes) -> bool:
+        return True  # every query decoded and looked at, as when it could be recorded
+
+    def guards(self, sql: str) -> bool:
+        return False
+
+    async def simple(self, conversation: Conversation, sql: str, raw: bytes) -> None:
+        raise AssertionError("nothing is guarded")
+
+    async def execute(self, conversation: Conversation, portal: Portal, raw: bytes) -> None:
+        raise AssertionError("nothing is guarded")
+
+    def ready(self, status: str, committed: bool) -> None:
+        pass
+
+    def closed(self) -> None:
+        pass
 
 
 def texts(min_size: int = 0, max_size: int = 20) -> st.SearchStrategy[str]:
@@ -256,7 +279,13 @@ def test_any_startup_header_is_a_request_a_wait_or_a_protocol_error(length, code
 
 # ---- the relay, running, in front of a fake PostgreSQL ----------------------------------
 
-DECODED_BY_SESSION = {b"P": messages.parse, b"B": messages.bind, b"C": messages.close}
+DECODED_BY_SESSION = {
+    b"P": messages.parse,
+    b"B": messages.bind,
+    b"C": messages.close,
+    b"Q": messages.query_text,
+    b"E": messages.execute,
+}
 PROBE = "SELECT 'probe'"
 
 
@@ -406,10 +435,12 @@ def harness() -> Iterator[Harness]:
         bind: BindRequest,
         parameters: dict[str, str],
     ) -> None:
-        # As sidecar.server._pg_relay wires it when no rule concerns SQL.
+        # As sidecar.server._pg_relay wires it when SQL rules are loaded: every message
+        # framed and inspected (with no SQL rule at all, bytes are copied unframed).
         await run_session(
-            client_reader, client_writer, server_reader, server_writer, frontend, backend, None
-        )
+            client_reader, client_writer, server_reader, server_writer, frontend, backend,
+            NothingGuarded(),
+        )  # fmt: skip
 
     async def start() -> tuple[asyncio.Server, Relay, int]:
         fake = await asyncio.start_server(upstream.serve, "127.0.0.1", 0)
