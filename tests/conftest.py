@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from itertools import count
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from sidecar.clock import ManualClock
@@ -26,18 +28,43 @@ def sequential_ids() -> Callable[[], str]:
     return lambda: f"att-{next(numbers):04d}"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def scratch_schema() -> str:
+    """A fresh schema name for one PostgreSQL store under test."""
+    return f"es_test_{secrets.token_hex(5)}"
+
+
+def drop_schema(server: str, schema: str) -> None:
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """Where the parametrised backend keeps this test's data (a schema of its own on
+    PostgreSQL, dropped afterwards)."""
+    if backend == "memory":
+        yield "memory://"
+    elif backend == "sqlite":
+        yield f"sqlite:///{tmp_path}/effects.db"
+    else:
+        server = request.getfixturevalue("postgres_server")
+        schema = scratch_schema()
+        yield f"{server}?schema={schema}"
+        drop_schema(server, schema)
+
+
 @pytest.fixture
 async def open_store(
-    backend: str, tmp_path: Path, clock: ManualClock
+    backend: str, store_url: str, clock: ManualClock
 ) -> AsyncIterator[StoreFactory]:
     """Opens stores of the parametrised backend; a second call reopens the same data."""
     opened: list[Store] = []
-    url = "memory://" if backend == "memory" else f"sqlite:///{tmp_path}/effects.db"
+    url = store_url
     ids = sequential_ids()
     memory: Store | None = None
 

@@ -15,7 +15,9 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
         metavar="URL",
-        help="store URL: sqlite:///PATH (default: sqlite:///DATA_DIR/effects.db)",
+        help="store URL: sqlite:///PATH (default: sqlite:///DATA_DIR/effects.db), or "
+        "postgresql://USER@HOST:PORT/DB[?schema=NAME] shared by many sidecars "
+        "(password from PGPASSWORD or ~/.pgpass rather than the URL)",
     )
     parser.add_argument(
         "--data-dir",

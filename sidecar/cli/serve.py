@@ -71,6 +71,13 @@ def register(verbs: Any) -> None:
     parser.add_argument("--task", metavar="ID", help="the task this sidecar works on itself")
     parser.add_argument("--worker", metavar="NAME", help="worker name (default: host name)")
     parser.add_argument("--lease-ttl-s", type=float, metavar="S", help="lease of --task")
+    parser.add_argument(
+        "--store-retry-s",
+        type=float,
+        metavar="S",
+        help="how long an effect record is retried while the store is unavailable before "
+        "the request is refused with 503 store_unavailable (default 2)",
+    )
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
 
@@ -89,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         task=args.task,
         worker=args.worker,
         lease_ttl_s=args.lease_ttl_s,
+        store_retry_s=args.store_retry_s,
         pg_listen=args.pg_listen,
         pg_upstream=args.pg_upstream,
     )

@@ -145,11 +145,22 @@ class Bindings(WriteObserver):
         left = binding.lease_expires_at - self._clock.now() - margin
         if left > timedelta(0):
             return left
-        fresh = await self._reload(binding.task)
+        view = await self._store.task_view(binding.task)
+        fresh = None if view is None else self._learn(view.state)
         if fresh is not None and fresh.attempt_id == binding.attempt_id:
             left = fresh.lease_expires_at - self._clock.now() - margin
             if left > timedelta(0):
                 return left
+        elif (
+            view is not None
+            and binding.source == "credentials"
+            and view.state.generation > binding.generation
+        ):
+            # The pinned attempt was taken over through another sidecar on the same store
+            # (this one saw no claim): it is fenced for good, not waiting for a renewal.
+            current = view.state.generation
+            self._fence(binding, current, f"superseded by generation {current}")
+            raise self._fenced[binding.attempt_id]
         raise LeaseExpiring(
             f"task {binding.task}: the lease of attempt {binding.attempt_id} expires at "
             f"{binding.lease_expires_at.isoformat()} and was not renewed; matched writes are "

@@ -38,6 +38,7 @@ from sidecar.errors import (
     PayloadMismatch,
     PayloadTooLarge,
     SidecarError,
+    StaleGeneration,
     StoreUnavailable,
     TaskUnbound,
     UpstreamFailed,
@@ -49,6 +50,7 @@ from sidecar.proxy.exchange import AgentRequest, Answer, Sender, refusal
 from sidecar.proxy.redact import recordable_response_headers, request_summary
 from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.rules import EffectKind, OnDivergence, OnUnknown, RuleMatch, RuleSet
+from sidecar.rules.matcher import HttpRequestFacts
 from sidecar.rules.model import Rule
 from sidecar.store import Store
 
@@ -157,7 +159,11 @@ class EffectGuard:
     async def _first_try(self, call: Call) -> Answer:
         # Try to log the effect straight away: a new effect needs nothing more, and one
         # already logged comes back with the refusal - one store round trip either way.
-        time_left = await self._bindings.with_time_left(call.binding)  # self-fencing
+        try:
+            time_left = await self._bindings.with_time_left(call.binding)  # self-fencing
+        except StaleGeneration as fenced:
+            self.keep_refusal(fenced, call.request.facts, call.rule)
+            raise
         request, facts, binding = call.request, call.request.facts, call.binding
         summary = request_summary(
             facts.method,
@@ -425,17 +431,35 @@ class EffectGuard:
 
         spawn(write(), name=f"note:{binding.task}:{event}")
 
+    def keep_refusal(self, fenced: StaleGeneration, facts: HttpRequestFacts, rule: Rule) -> None:
+        """Log in the store, in the background, a request fenced before it reached the
+        store, so the audit trail shows every refused write, not only the store's own."""
+        self._metrics.stale_writes_refused.labels("proxy").inc()
+        reason = f"{facts.method} {facts.host}{facts.path} (rule {rule.name}): {fenced.reason}"
+
+        async def write() -> None:
+            try:
+                await self._durably(lambda: self._store.note_refusal(fenced, reason))
+            except SidecarError as error:
+                log.warning("refusal of %s not kept: %s", fenced.attempt_id, error.detail)
+
+        spawn(write(), name=f"refusal:{fenced.task}")
+
     async def _durably[T](self, write: Callable[[], Awaitable[T]]) -> T:
-        """Run a store write, retrying an unavailable store with backoff and jitter."""
-        deadline = asyncio.get_running_loop().time() + self._store_retry_s
+        """Run a store write, retrying an unavailable store with backoff and jitter for
+        ``store_retry_s``: the last try is made at the deadline, not a backoff step before
+        it, so a refusal always comes after the whole bound."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._store_retry_s
         delay = 0.05
         while True:
             try:
                 return await write()
             except StoreUnavailable:
-                if asyncio.get_running_loop().time() + delay > deadline:
+                left = deadline - loop.time()
+                if left <= 0:
                     raise
-                await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # noqa: S311
+                await asyncio.sleep(min(left, delay * random.uniform(0.5, 1.5)))  # noqa: S311
                 delay = min(delay * 2, 0.5)
 
 

@@ -3,6 +3,8 @@
 ``create_store(url)`` picks the backend by URL scheme:
 
 * ``sqlite:///path/effects.db`` — embedded, durable, one host (:mod:`.sqlite`);
+* ``postgresql://user@host:port/db`` — shared by many sidecars on many nodes
+  (:mod:`.postgres`);
 * ``memory://`` — in-process, for unit tests (:mod:`.memory`).
 """
 
@@ -37,7 +39,11 @@ def create_store(
     if scheme == "memory":
         return MemoryStore(url, clock=clock, new_attempt_id=new_attempt_id)
     if scheme in {"postgres", "postgresql"}:
-        raise ConfigError(
-            "the shared PostgreSQL store is not available in this version; use sqlite:///PATH"
-        )
-    raise ConfigError(f"unknown store URL scheme {scheme!r} in {url!r}; use sqlite:///PATH")
+        # Imported here: the SQLite-only CLI verbs need not load the PostgreSQL driver.
+        from sidecar.store.postgres import PostgresStore  # noqa: PLC0415
+
+        return PostgresStore(url, clock=clock, new_attempt_id=new_attempt_id, read_only=read_only)
+    raise ConfigError(
+        f"unknown store URL scheme {scheme!r} in {url!r}; "
+        "use sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
+    )

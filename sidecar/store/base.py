@@ -26,13 +26,14 @@ from sidecar.domain.model import (
     TaskState,
     TaskView,
 )
-from sidecar.errors import SidecarError
+from sidecar.errors import SidecarError, StaleGeneration
 from sidecar.store.commands import (
     AppendCheckpoint,
     ClaimTask,
     Command,
     Heartbeat,
     NoteEffect,
+    NoteRefusal,
     RecordPending,
     Release,
     TransitionEffect,
@@ -215,3 +216,15 @@ class Store(ABC):
         detail: str | None = None,
     ) -> EffectEvent:
         return await self.execute(NoteEffect(task, key, attempt_id, generation, event, detail))
+
+    async def note_refusal(self, refused: StaleGeneration, reason: str) -> FenceRefusal:
+        """Keep a write the proxy refused (fenced) before it reached the store."""
+        return await self.execute(
+            NoteRefusal(
+                refused.task,
+                refused.attempt_id,
+                refused.generation,
+                refused.current_generation,
+                reason,
+            )
+        )

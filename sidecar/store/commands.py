@@ -267,6 +267,32 @@ class TransitionEffect(FencedCommand[Effect]):
 
 
 @dataclass(frozen=True, slots=True)
+class NoteRefusal(Command[FenceRefusal]):
+    """Keep as evidence a write refused before it reached the store (the proxy fenced it
+    from what it knew of the lease), the way a refused store write is kept."""
+
+    task: str
+    attempt_id: str
+    generation: int
+    current_generation: int
+    reason: str
+    operation: ClassVar[str] = "proxy"
+
+    def apply(self, ws: WorkingSet, ctx: Context) -> FenceRefusal:
+        refusal = FenceRefusal(
+            task=self.task,
+            operation=self.operation,
+            attempt_id=self.attempt_id,
+            generation=self.generation,
+            current_generation=self.current_generation,
+            at=ctx.now,
+            reason=self.reason,
+        )
+        ws.add_refusal(refusal)
+        return refusal
+
+
+@dataclass(frozen=True, slots=True)
 class NoteEffect(FencedCommand[EffectEvent]):
     """Add a replayed/probed/divergent line to an effect's audit trail."""
 

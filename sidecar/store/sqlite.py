@@ -1,11 +1,12 @@
 """``sqlite:///path``: the embedded default store (WAL, group commit).
 
-All writes go through one queue and one writer thread.  The writer takes every command
-waiting in the queue, runs them in ONE ``BEGIN IMMEDIATE`` transaction (load the rows
-they touch, apply the shared commands, flush the changes with ``executemany``) and
-commits once (:mod:`.sqlite_writer`): a single fsync makes the whole batch durable, and
-each caller is answered only after that commit.  This is group commit; it gives 32
-concurrent writers ~20x the throughput of a transaction each, at no cost in durability.
+All writes go through one queue (:mod:`.group_commit`) and one writer thread.  The
+writer takes every command waiting in the queue, runs them in ONE ``BEGIN IMMEDIATE``
+transaction (load the rows they touch, apply the shared commands, flush the changes with
+``executemany``) and commits once (:mod:`.sqlite_writer`): a single fsync makes the whole
+batch durable, and each caller is answered only after that commit.  Group commit gives
+32 concurrent writers ~20x the throughput of a transaction each, at no cost in
+durability.
 Reads go through aiosqlite on a second, read-only connection, which WAL lets run
 beside the writer.
 """
@@ -17,7 +18,6 @@ import contextlib
 import json
 import logging
 import sqlite3
-from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,7 +25,6 @@ from typing import Any
 
 import aiosqlite
 
-from sidecar.aio import spawn
 from sidecar.clock import Clock, SystemClock
 from sidecar.domain.ids import new_attempt_id
 from sidecar.domain.model import (
@@ -36,11 +35,13 @@ from sidecar.domain.model import (
     FenceRefusal,
     TaskView,
 )
-from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
+from sidecar.errors import ConfigError, StoreUnavailable
 from sidecar.store import rows, sqlfiles
 from sidecar.store.base import Store, StoreInfo
+from sidecar.store.batch import Probe, Work
 from sidecar.store.commands import Command, Context
-from sidecar.store.sqlite_writer import Probe, Work, Writer
+from sidecar.store.group_commit import GroupCommit
+from sidecar.store.sqlite_writer import Writer
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +79,6 @@ def path_from_url(url: str) -> Path:
     return Path(rest)
 
 
-type _Job = tuple[Work, asyncio.Future[Any]]
-
-
 class SQLiteStore(Store):
     def __init__(
         self,
@@ -106,11 +104,7 @@ class SQLiteStore(Store):
         # One thread, so the writer connection is only ever used from the thread that made it.
         self._writer_thread: ThreadPoolExecutor | None = None
         self._reader: aiosqlite.Connection | None = None
-        # Jobs waiting for the next batch; the event wakes the writer when the first arrives.
-        self._waiting: deque[_Job] = deque()
-        self._work_arrived = asyncio.Event()
-        self._stopping = False
-        self._writer_task: asyncio.Task[None] | None = None
+        self._writes: GroupCommit | None = None
         self._schema_version = 0
 
     # ---- lifecycle ---------------------------------------------------------------
@@ -126,7 +120,12 @@ class SQLiteStore(Store):
         except BaseException:
             await self.close()
             raise
-        self._writer_task = spawn(self._write_loop(), name=f"sqlite-writer:{self.path}")
+        self._writes = GroupCommit(
+            self._commit,
+            name=f"sqlite:{self.path}",
+            max_batch=MAX_BATCH,
+        )
+        self._writes.start()
 
     async def _open_reader(self, *, read_only: bool) -> None:
         """The read connection; for inspection it never creates, migrates or writes."""
@@ -151,11 +150,9 @@ class SQLiteStore(Store):
 
     async def close(self) -> None:
         """Commit what is queued, then close both connections."""
-        if self._writer_task is not None:
-            self._stopping = True
-            self._work_arrived.set()
-            await self._writer_task
-            self._writer_task = None
+        if self._writes is not None:
+            await self._writes.stop()
+            self._writes = None
         if self._reader is not None:
             with contextlib.suppress(sqlite3.Error):
                 await self._reader.close()
@@ -187,48 +184,15 @@ class SQLiteStore(Store):
         await self._submit(Probe())
 
     async def _submit(self, work: Work) -> Any:
-        if self._writer_task is None or self._stopping:
+        if self._writes is None:
             raise StoreUnavailable("the SQLite store is not open")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append((work, future))
-        self._work_arrived.set()
-        return await future
+        return await self._writes.submit(work)
 
-    async def _write_loop(self) -> None:
-        # Everything that queued up while the previous batch was committing forms the next
-        # batch: the busier the store, the bigger the batch, with no timer to wait on.
-        while self._waiting or not self._stopping:
-            if not self._waiting:
-                self._work_arrived.clear()
-                await self._work_arrived.wait()
-                continue
-            jobs = [self._waiting.popleft() for _ in range(min(MAX_BATCH, len(self._waiting)))]
-            await self._run_batch(jobs)
+    async def _commit(self, works: list[Work]) -> list[Any]:
+        return await self._on_writer(self._writer.commit, works, self._context)
 
-    async def _run_batch(self, jobs: list[_Job]) -> None:
-        ctx = Context(self._clock.now(), self._new_attempt_id)
-        try:
-            outcomes = await self._on_writer(self._writer.commit, [w for w, _ in jobs], ctx)
-        except BaseException as exc:
-            # Nothing of the batch was committed: every caller learns it, none hangs.
-            failure = (
-                exc
-                if isinstance(exc, SidecarError)
-                else StoreUnavailable(f"SQLite write failed: {exc}")
-            )
-            for _, future in jobs:
-                if not future.done():
-                    future.set_exception(failure)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for (_, future), outcome in zip(jobs, outcomes, strict=True):
-            if future.done():
-                continue  # the caller went away; its write is committed regardless
-            if isinstance(outcome, SidecarError):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
+    def _context(self) -> Context:
+        return Context(self._clock.now(), self._new_attempt_id)
 
     # ---- reads -------------------------------------------------------------------
 

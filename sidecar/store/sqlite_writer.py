@@ -12,86 +12,18 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sidecar.domain.model import (
-    Attempt,
-    AttemptEnd,
-    Checkpoint,
-    Effect,
-    EffectEvent,
-    FenceRefusal,
-    TaskState,
-)
 from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
 from sidecar.store import rows, sqlfiles
-from sidecar.store.commands import Command, Context
+from sidecar.store.batch import Batch, Probe, Work, changes, wanted
+from sidecar.store.commands import Context
 
 log = logging.getLogger(__name__)
 
 Q = sqlfiles.named_statements("sqlite")
-
-
-class Probe:
-    """Batch marker: prove the store writable (insert + delete inside the transaction)."""
-
-
-type Work = Command[Any] | Probe
-
-
-@dataclass
-class Batch:
-    """The WorkingSet of one write transaction: rows loaded up front, changes staged."""
-
-    tasks: dict[str, TaskState | None]
-    last_checkpoints: dict[str, Checkpoint | None]
-    effects: dict[tuple[str, str], Effect | None]
-    dirty_tasks: dict[str, TaskState] = field(default_factory=dict)
-    new_attempts: list[Attempt] = field(default_factory=list)
-    ended_attempts: list[tuple[str, datetime, AttemptEnd, datetime]] = field(default_factory=list)
-    new_checkpoints: list[Checkpoint] = field(default_factory=list)
-    dirty_effects: dict[tuple[str, str], Effect] = field(default_factory=dict)
-    new_events: list[EffectEvent] = field(default_factory=list)
-    new_refusals: list[FenceRefusal] = field(default_factory=list)
-
-    def task(self, task: str) -> TaskState | None:
-        return self.tasks.get(task)
-
-    def put_task(self, state: TaskState) -> None:
-        self.tasks[state.task] = state
-        self.dirty_tasks[state.task] = state
-
-    def add_attempt(self, attempt: Attempt) -> None:
-        self.new_attempts.append(attempt)
-
-    def end_attempt(
-        self, attempt_id: str, at: datetime, reason: AttemptEnd, lease_until: datetime
-    ) -> None:
-        self.ended_attempts.append((attempt_id, at, reason, lease_until))
-
-    def last_checkpoint(self, task: str) -> Checkpoint | None:
-        return self.last_checkpoints.get(task)
-
-    def add_checkpoint(self, checkpoint: Checkpoint) -> None:
-        self.last_checkpoints[checkpoint.task] = checkpoint
-        self.new_checkpoints.append(checkpoint)
-
-    def effect(self, task: str, key: str) -> Effect | None:
-        return self.effects.get((task, key))
-
-    def put_effect(self, effect: Effect) -> None:
-        self.effects[(effect.task, effect.key)] = effect
-        self.dirty_effects[(effect.task, effect.key)] = effect
-
-    def add_event(self, event: EffectEvent) -> None:
-        self.new_events.append(event)
-
-    def add_refusal(self, refusal: FenceRefusal) -> None:
-        self.new_refusals.append(refusal)
 
 
 class Writer:
@@ -124,7 +56,7 @@ class Writer:
             self._db.close()
             self._db = None
 
-    def commit(self, works: Sequence[Work], ctx: Context) -> list[Any]:
+    def commit(self, works: Sequence[Work], context: Callable[[], Context]) -> list[Any]:
         """Run the batch in one transaction; each work's result or SidecarError, in order.
 
         If the transaction itself fails, nothing of it is committed and the whole call
@@ -133,11 +65,14 @@ class Writer:
         db = self._db
         if db is None:
             raise StoreUnavailable("the SQLite store is closed")
-        commands = [w for w in works if isinstance(w, Command)]
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                batch = _load(db, commands)
+                # The batch's time is read once it holds the write lock, which it may have
+                # waited for: a claim stamped earlier than the release it waited behind
+                # would be recorded before it, and its lease would start in the past.
+                ctx = context()
+                batch = _load(db, works)
                 outcomes: list[Any] = []
                 for work in works:
                     if isinstance(work, Probe):
@@ -149,7 +84,8 @@ class Writer:
                         outcomes.append(work.apply(batch, ctx))
                     except SidecarError as refused:
                         outcomes.append(refused)
-                _flush(db, batch)
+                for name, params in changes(batch):
+                    db.executemany(Q[name], params)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -163,57 +99,18 @@ class Writer:
         return outcomes
 
 
-def _load(db: sqlite3.Connection, commands: list[Command[Any]]) -> Batch:
+def _load(db: sqlite3.Connection, works: Sequence[Work]) -> Batch:
     """Read every row the batch's commands will look at, in three queries at most."""
-    task_names = sorted({c.task for c in commands})
-    claimed = sorted({c.task for c in commands if c.needs_last_checkpoint})
-    effect_keys = sorted({k for c in commands if (k := c.effect_key()) is not None})
-    tasks: dict[str, TaskState | None] = {}
-    if task_names:
-        for row in db.execute(Q["load_tasks"], (json.dumps(task_names),)):
-            state = rows.task_state(row)
-            tasks[state.task] = state
-    last: dict[str, Checkpoint | None] = {}
-    if claimed:
-        for row in db.execute(Q["load_last_checkpoints"], (json.dumps(claimed),)):
-            checkpoint = rows.checkpoint(row)
-            last[checkpoint.task] = checkpoint
-    effects: dict[tuple[str, str], Effect | None] = {}
-    if effect_keys:
-        for row in db.execute(Q["load_effects"], (json.dumps([list(k) for k in effect_keys]),)):
-            effect = rows.effect(row)
-            effects[(effect.task, effect.key)] = effect
-    return Batch(tasks=tasks, last_checkpoints=last, effects=effects)
+    want = wanted(works)
 
+    def rows_of(name: str, values: list[Any]) -> list[Any]:
+        return list(db.execute(Q[name], (json.dumps(values),))) if values else []
 
-def _flush(db: sqlite3.Connection, batch: Batch) -> None:
-    """Write what the batch changed, one executemany per table, parents first."""
-    steps: list[tuple[str, list[tuple[Any, ...]]]] = [
-        ("upsert_task", [rows.task_params(s) for s in batch.dirty_tasks.values()]),
-        ("insert_attempt", [rows.attempt_params(a) for a in batch.new_attempts]),
-        (
-            "end_attempt",
-            [
-                (rows.to_us(at), reason.value, rows.to_us(until), aid)
-                for aid, at, reason, until in batch.ended_attempts
-            ],
-        ),
-        (
-            "upsert_lease",
-            [
-                rows.lease_params(s.task, s.lease)
-                for s in batch.dirty_tasks.values()
-                if s.lease is not None
-            ],
-        ),
-        ("insert_checkpoint", [rows.checkpoint_params(c) for c in batch.new_checkpoints]),
-        ("upsert_effect", [rows.effect_params(e) for e in batch.dirty_effects.values()]),
-        ("insert_event", [rows.event_params(e) for e in batch.new_events]),
-        ("insert_refusal", [rows.refusal_params(r) for r in batch.new_refusals]),
-    ]
-    for name, params in steps:
-        if params:
-            db.executemany(Q[name], params)
+    return Batch.loaded(
+        rows_of("load_tasks", want.tasks),
+        rows_of("load_last_checkpoints", want.last_checkpoints),
+        rows_of("load_effects", [list(k) for k in want.effects]),
+    )
 
 
 def migrate(db: sqlite3.Connection) -> int:

@@ -3,7 +3,8 @@
     cluster = PgCluster.create(tmp_dir, hba=[...])   # initdb + self-signed cert + start
     cluster.sql("CREATE ROLE alice LOGIN PASSWORD 'secret'")
     ...
-    cluster.stop()                                    # pg_ctl stop -m immediate
+    cluster.stop_server(); cluster.start()            # an outage: same data, same port
+    cluster.stop()                                    # pg_ctl stop -m immediate, clean up
 
 The cluster listens on 127.0.0.1 on a free port and on a unix socket in its own
 directory; the superuser ``admin`` connects over that socket without a password
@@ -219,11 +220,20 @@ class PgCluster:
             timeout=90,
         )  # fmt: skip
 
-    def stop(self) -> None:
-        """Stop the server at once (``-m immediate``); remove a root-created directory."""
+    def stop_server(self) -> None:
+        """Stop the server at once (``-m immediate``: an outage), keeping its data and port;
+        :meth:`start` brings it back."""
         if (self.data / "postmaster.pid").exists():
             argv = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]
             subprocess.run(self._as_owner(argv), capture_output=True, timeout=60, check=False)  # noqa: S603
+
+    def start(self) -> None:
+        """Start the server again after :meth:`stop_server`: same data, same port."""
+        self._start()
+
+    def stop(self) -> None:
+        """Stop the server at once (``-m immediate``); remove a root-created directory."""
+        self.stop_server()
         if self.own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 

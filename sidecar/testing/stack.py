@@ -58,7 +58,11 @@ class Stack:
         upstream = Child.python("sidecar.testing.upstream", stderr_path=root / "upstream.log")
         url = upstream.wait_for(r"upstream ready (\S+)").group(1)
         stack = cls(root, upstream, url, list(rules), list(hosts), list(sidecar_args))
-        stack.start_sidecar(env=sidecar_env)
+        try:
+            stack.start_sidecar(env=sidecar_env)
+        except BaseException:
+            stack.close()  # the caller never gets the stack: do not leave the upstream running
+            raise
         return stack
 
     @property

@@ -14,6 +14,8 @@ prints ``upstream ready http://HOST:PORT`` and serves:
 * ``POST /upload`` - reads a body of any size as a stream and answers its length;
 * ``GET /slow?delay=S`` / ``POST /slow/things`` - answer after S seconds (default 5);
 * ``POST /broken/things`` - creates the thing, then answers 500 (an unknown outcome);
+* ``POST /held/things`` - creates the thing, then holds the answer (201) until
+  ``POST /_upstream/release``: a test acts while the request is at the upstream;
 * ``GET /fast`` and ``POST /effects/{id}`` - minimal answers, for benchmarks;
 * ``GET /_upstream/counts`` - how many requests each ``METHOD path`` got, and how many
   charges and things exist: what the tests check afterwards.
@@ -34,6 +36,7 @@ from aiohttp import web
 
 COUNTS = web.AppKey("counts", dict[str, int])
 STATE = web.AppKey("state", dict)
+RELEASED = web.AppKey("released", asyncio.Event)
 
 
 @web.middleware
@@ -50,6 +53,7 @@ def make_app() -> web.Application:
     app = web.Application(middlewares=[count_requests], client_max_size=1 << 30)
     app[COUNTS] = {}
     app[STATE] = {"charges": {}, "by_key": {}, "things": [], "ids": itertools.count(1)}
+    app[RELEASED] = asyncio.Event()
     app.add_routes(
         [
             web.post("/v1/charges", create_charge),
@@ -60,10 +64,12 @@ def make_app() -> web.Application:
             web.get("/slow", slow),
             web.post("/slow/things", slow_thing),
             web.post("/broken/things", broken_thing),
+            web.post("/held/things", held_thing),
             web.get("/fast", fast),
             web.post("/effects/{id}", effect),
             web.get("/_upstream/counts", counts),
             web.get("/_upstream/things", all_things),
+            web.post("/_upstream/release", release),
         ]
     )
     return app
@@ -157,6 +163,18 @@ async def slow_thing(request: web.Request) -> web.Response:
 async def broken_thing(request: web.Request) -> web.Response:
     _new_thing(request, await request.json())
     return web.json_response({"message": "internal error"}, status=500)
+
+
+async def held_thing(request: web.Request) -> web.Response:
+    thing = _new_thing(request, await request.json())
+    await request.app[RELEASED].wait()
+    return web.json_response(thing, status=201)
+
+
+async def release(request: web.Request) -> web.Response:
+    """Answer every held request, now and from now on."""
+    request.app[RELEASED].set()
+    return web.json_response({"released": True})
 
 
 async def fast(request: web.Request) -> web.Response:

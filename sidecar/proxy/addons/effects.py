@@ -100,7 +100,7 @@ class EffectAddon:
             binding = await self._binding(flow.metadata.get(METADATA))
         except SidecarError as error:
             if isinstance(error, StaleGeneration):
-                self.metrics.stale_writes_refused.labels("proxy").inc()
+                self.guard.keep_refusal(error, _facts(flow, None), match.rule)
             log.warning("binding refused: %s", error.detail, extra={"rule": match.rule.name})
             flow.response = to_response(refusal(error))
             return

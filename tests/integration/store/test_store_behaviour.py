@@ -189,3 +189,19 @@ async def test_an_ended_attempt_remembers_until_when_its_lease_let_it_act(store,
     released = await store.attempt(b.attempt_id)
     assert (released.end_reason.value, released.lease_until) == ("released", clock.now())
     assert (await store.attempt("att-nope")) is None
+
+
+async def test_a_write_fenced_before_it_reached_the_store_is_kept_with_the_others(store, clock):
+    a = await store.claim("312", "a", 1)
+    clock.advance(1)
+    await store.claim("312", "b", 1)
+    fenced = StaleGeneration("312", a.attempt_id, a.generation, 2, "superseded by generation 2")
+    await store.note_refusal(fenced, "POST api.github.com/repos/acme/app/pulls: superseded")
+    (kept,) = await store.refusals("312")
+    assert (kept.operation, kept.attempt_id, kept.generation, kept.current_generation) == (
+        "proxy",
+        a.attempt_id,
+        1,
+        2,
+    )
+    assert kept.reason.startswith("POST api.github.com/repos/acme/app/pulls")

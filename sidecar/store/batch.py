@@ -1,0 +1,144 @@
+"""One write transaction's working set, shared by the SQL stores.
+
+A SQL store runs a batch of commands in one transaction: it reads every row they will
+look at (:func:`wanted`), lets the shared commands decide against a :class:`Batch`, and
+writes what changed (:func:`changes`), parents first.  The dialects differ only in the
+statements that load and write those rows, so the row tuples here are the same for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sidecar.domain.model import (
+    Attempt,
+    AttemptEnd,
+    Checkpoint,
+    Effect,
+    EffectEvent,
+    FenceRefusal,
+    TaskState,
+)
+from sidecar.store import rows
+from sidecar.store.commands import Command
+
+
+class Probe:
+    """Batch marker: prove the store writable (insert + delete inside the transaction)."""
+
+
+type Work = Command[Any] | Probe
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """The rows a batch reads before deciding: tasks, last checkpoints, effects."""
+
+    tasks: list[str]
+    last_checkpoints: list[str]
+    effects: list[tuple[str, str]]
+
+
+def wanted(works: Sequence[Work]) -> Wanted:
+    commands = [w for w in works if isinstance(w, Command)]
+    return Wanted(
+        tasks=sorted({c.task for c in commands}),
+        last_checkpoints=sorted({c.task for c in commands if c.needs_last_checkpoint}),
+        effects=sorted({k for c in commands if (k := c.effect_key()) is not None}),
+    )
+
+
+@dataclass
+class Batch:
+    """The WorkingSet of one write transaction: rows loaded up front, changes staged."""
+
+    tasks: dict[str, TaskState | None]
+    last_checkpoints: dict[str, Checkpoint | None]
+    effects: dict[tuple[str, str], Effect | None]
+    dirty_tasks: dict[str, TaskState] = field(default_factory=dict)
+    new_attempts: list[Attempt] = field(default_factory=list)
+    ended_attempts: list[tuple[str, datetime, AttemptEnd, datetime]] = field(default_factory=list)
+    new_checkpoints: list[Checkpoint] = field(default_factory=list)
+    dirty_effects: dict[tuple[str, str], Effect] = field(default_factory=dict)
+    new_events: list[EffectEvent] = field(default_factory=list)
+    new_refusals: list[FenceRefusal] = field(default_factory=list)
+
+    def task(self, task: str) -> TaskState | None:
+        return self.tasks.get(task)
+
+    def put_task(self, state: TaskState) -> None:
+        self.tasks[state.task] = state
+        self.dirty_tasks[state.task] = state
+
+    def add_attempt(self, attempt: Attempt) -> None:
+        self.new_attempts.append(attempt)
+
+    def end_attempt(
+        self, attempt_id: str, at: datetime, reason: AttemptEnd, lease_until: datetime
+    ) -> None:
+        self.ended_attempts.append((attempt_id, at, reason, lease_until))
+
+    def last_checkpoint(self, task: str) -> Checkpoint | None:
+        return self.last_checkpoints.get(task)
+
+    def add_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.last_checkpoints[checkpoint.task] = checkpoint
+        self.new_checkpoints.append(checkpoint)
+
+    def effect(self, task: str, key: str) -> Effect | None:
+        return self.effects.get((task, key))
+
+    def put_effect(self, effect: Effect) -> None:
+        self.effects[(effect.task, effect.key)] = effect
+        self.dirty_effects[(effect.task, effect.key)] = effect
+
+    def add_event(self, event: EffectEvent) -> None:
+        self.new_events.append(event)
+
+    def add_refusal(self, refusal: FenceRefusal) -> None:
+        self.new_refusals.append(refusal)
+
+    @classmethod
+    def loaded(
+        cls,
+        tasks: Sequence[rows.Row],
+        last_checkpoints: Sequence[rows.Row],
+        effects: Sequence[rows.Row],
+    ) -> Batch:
+        """A batch over the rows the load statements returned (absent rows are None)."""
+        return cls(
+            tasks={(s := rows.task_state(r)).task: s for r in tasks},
+            last_checkpoints={(c := rows.checkpoint(r)).task: c for r in last_checkpoints},
+            effects={((e := rows.effect(r)).task, e.key): e for r in effects},
+        )
+
+
+def changes(batch: Batch) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """``(statement name, rows)`` to write what the batch changed, parents first."""
+    steps: list[tuple[str, list[tuple[Any, ...]]]] = [
+        ("upsert_task", [rows.task_params(s) for s in batch.dirty_tasks.values()]),
+        ("insert_attempt", [rows.attempt_params(a) for a in batch.new_attempts]),
+        (
+            "end_attempt",
+            [
+                (rows.to_us(at), reason.value, rows.to_us(until), aid)
+                for aid, at, reason, until in batch.ended_attempts
+            ],
+        ),
+        (
+            "upsert_lease",
+            [
+                rows.lease_params(s.task, s.lease)
+                for s in batch.dirty_tasks.values()
+                if s.lease is not None
+            ],
+        ),
+        ("insert_checkpoint", [rows.checkpoint_params(c) for c in batch.new_checkpoints]),
+        ("upsert_effect", [rows.effect_params(e) for e in batch.dirty_effects.values()]),
+        ("insert_event", [rows.event_params(e) for e in batch.new_events]),
+        ("insert_refusal", [rows.refusal_params(r) for r in batch.new_refusals]),
+    ]
+    return [(name, params) for name, params in steps if params]

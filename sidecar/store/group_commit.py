@@ -1,0 +1,112 @@
+"""Group commit: many concurrent writers, one transaction per batch.
+
+Callers queue their work and wait; a lane takes everything that queued up while the
+previous batch was committing (up to ``max_batch``) and commits it as ONE transaction, so
+one durable flush answers the whole batch, and each caller is answered only after it.
+The busier the store, the bigger the batch, with no timer to wait on.  SQLite has one
+writer, so one lane; a server store (PostgreSQL) runs a few lanes on pooled connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sidecar.aio import spawn
+from sidecar.errors import SidecarError, StoreUnavailable
+from sidecar.store.batch import Work
+
+log = logging.getLogger(__name__)
+
+type CommitBatch = Callable[[list[Work]], Awaitable[list[Any]]]
+type _Job = tuple[Work, asyncio.Future[Any]]
+
+
+class GroupCommit:
+    """The write queue of one store and the lanes that drain it."""
+
+    def __init__(
+        self,
+        commit: CommitBatch,
+        *,
+        name: str,
+        lanes: int = 1,
+        max_batch: int = 256,
+    ) -> None:
+        self._commit = commit
+        self._name = name
+        self._lanes = lanes
+        self._max_batch = max_batch
+        self._waiting: deque[_Job] = deque()
+        self._work_arrived = asyncio.Event()
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks) and not self._stopping
+
+    def start(self) -> None:
+        self._stopping = False
+        self._tasks = [
+            spawn(self._lane(), name=f"{self._name}:lane{i}") for i in range(self._lanes)
+        ]
+
+    async def stop(self) -> None:
+        """Commit what is queued, then stop the lanes."""
+        self._stopping = True
+        self._work_arrived.set()
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            await task
+
+    async def submit(self, work: Work) -> Any:
+        """Queue ``work``; its outcome once the batch holding it is committed."""
+        if not self.running:
+            raise StoreUnavailable(f"the store {self._name} is not open")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((work, future))
+        self._work_arrived.set()
+        return await future
+
+    async def _lane(self) -> None:
+        while self._waiting or not self._stopping:
+            if not self._waiting:
+                self._work_arrived.clear()
+                await self._work_arrived.wait()
+                continue
+            jobs = [
+                self._waiting.popleft() for _ in range(min(self._max_batch, len(self._waiting)))
+            ]
+            if self._waiting:
+                self._work_arrived.set()  # more than one batch waits: wake another lane
+            await self._run_batch(jobs)
+
+    async def _run_batch(self, jobs: list[_Job]) -> None:
+        try:
+            outcomes = await self._commit([w for w, _ in jobs])
+        except BaseException as exc:
+            # Nothing of the batch was committed: every caller learns it, none hangs.
+            if isinstance(exc, Exception) and not isinstance(exc, SidecarError):
+                log.error("%s: batch of %d failed", self._name, len(jobs), exc_info=exc)
+            failure = (
+                exc
+                if isinstance(exc, SidecarError)
+                else StoreUnavailable(f"{self._name}: write failed: {exc}")
+            )
+            for _, future in jobs:
+                if not future.done():
+                    future.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, future), outcome in zip(jobs, outcomes, strict=True):
+            if future.done():
+                continue  # the caller went away; its write is committed regardless
+            if isinstance(outcome, SidecarError):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)

@@ -1,0 +1,140 @@
+-- Named statements of the PostgreSQL store.  A block starts at "-- name: NAME" and runs
+-- to the next one.  Lists are passed as arrays (= ANY, unnest), so a statement's text is
+-- the same whatever the batch size and psycopg can prepare it once per connection.
+
+-- name: load_tasks
+SELECT t.task, t.generation, t.checkpoint_seq, t.created_at, t.updated_at,
+       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at
+FROM tasks AS t
+LEFT JOIN leases AS l ON l.task = t.task
+WHERE t.task = ANY(%s);
+
+-- name: load_last_checkpoints
+SELECT c.task, c.seq, c.stage, c.attempt_id, c.generation, c.outputs, c.created_at
+FROM tasks AS t
+JOIN checkpoints AS c ON c.task = t.task AND c.seq = t.checkpoint_seq
+WHERE t.task = ANY(%s);
+
+-- name: load_effects
+SELECT e.task, e.key, e.state, e.kind, e.rule, e.origin_attempt_id, e.attempt_id,
+       e.generation, e.fingerprint, e.idempotency_key, e.request, e.response_status,
+       e.response_headers, e.response_body, e.detail, e.created_at, e.updated_at
+FROM unnest(%s::text[], %s::text[]) AS wanted (task, key)
+JOIN effects AS e ON e.task = wanted.task AND e.key = wanted.key;
+
+-- name: upsert_task
+INSERT INTO tasks (task, generation, checkpoint_seq, created_at, updated_at)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (task) DO UPDATE SET
+    generation = excluded.generation,
+    checkpoint_seq = excluded.checkpoint_seq,
+    updated_at = excluded.updated_at;
+
+-- name: upsert_lease
+INSERT INTO leases (task, attempt_id, generation, worker, acquired_at, expires_at, ttl_s,
+                    released_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (task) DO UPDATE SET
+    attempt_id = excluded.attempt_id,
+    generation = excluded.generation,
+    worker = excluded.worker,
+    acquired_at = excluded.acquired_at,
+    expires_at = excluded.expires_at,
+    ttl_s = excluded.ttl_s,
+    released_at = excluded.released_at;
+
+-- name: insert_attempt
+INSERT INTO attempts (attempt_id, task, generation, worker, claimed_at)
+VALUES (%s, %s, %s, %s, %s);
+
+-- name: end_attempt
+UPDATE attempts SET ended_at = %s, end_reason = %s, lease_until = %s
+WHERE attempt_id = %s AND ended_at IS NULL;
+
+-- name: insert_checkpoint
+INSERT INTO checkpoints (task, seq, stage, attempt_id, generation, outputs, created_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s);
+
+-- name: upsert_effect
+INSERT INTO effects (task, key, state, kind, rule, origin_attempt_id, attempt_id, generation,
+                     fingerprint, idempotency_key, request, response_status, response_headers,
+                     response_body, detail, created_at, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (task, key) DO UPDATE SET
+    state = excluded.state,
+    attempt_id = excluded.attempt_id,
+    generation = excluded.generation,
+    response_status = excluded.response_status,
+    response_headers = excluded.response_headers,
+    response_body = excluded.response_body,
+    detail = excluded.detail,
+    updated_at = excluded.updated_at;
+
+-- name: insert_event
+INSERT INTO effect_events (task, key, event, attempt_id, generation, at, detail)
+VALUES (%s, %s, %s, %s, %s, %s, %s);
+
+-- name: insert_refusal
+INSERT INTO fence_refusals (task, operation, attempt_id, generation, current_generation, at,
+                            reason)
+VALUES (%s, %s, %s, %s, %s, %s, %s);
+
+-- name: probe_insert
+INSERT INTO write_probe (at) VALUES (%s);
+
+-- name: probe_delete
+DELETE FROM write_probe;
+
+-- name: all_tasks
+SELECT t.task, t.generation, t.checkpoint_seq, t.created_at, t.updated_at,
+       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at
+FROM tasks AS t
+LEFT JOIN leases AS l ON l.task = t.task
+ORDER BY t.task COLLATE "C";
+
+-- name: all_last_checkpoints
+SELECT c.task, c.seq, c.stage, c.attempt_id, c.generation, c.outputs, c.created_at
+FROM tasks AS t
+JOIN checkpoints AS c ON c.task = t.task AND c.seq = t.checkpoint_seq;
+
+-- name: all_effect_counts
+SELECT task, state, count(*)::int FROM effects GROUP BY task, state;
+
+-- name: task_effect_counts
+SELECT task, state, count(*)::int FROM effects WHERE task = %s GROUP BY task, state;
+
+-- name: task_attempts
+SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until
+FROM attempts WHERE task = %s ORDER BY generation;
+
+-- name: attempt
+SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until
+FROM attempts WHERE attempt_id = %s;
+
+-- name: task_checkpoints
+SELECT task, seq, stage, attempt_id, generation, outputs, created_at
+FROM checkpoints WHERE task = %s ORDER BY seq;
+
+-- name: task_effects
+SELECT task, key, state, kind, rule, origin_attempt_id, attempt_id, generation, fingerprint,
+       idempotency_key, request, response_status, response_headers, response_body, detail,
+       created_at, updated_at
+FROM effects WHERE task = %s ORDER BY created_at, key COLLATE "C";
+
+-- name: task_effect_events
+SELECT task, key, event, attempt_id, generation, at, detail
+FROM effect_events WHERE task = %s ORDER BY id;
+
+-- name: task_refusals
+SELECT task, operation, attempt_id, generation, current_generation, at, reason
+FROM fence_refusals WHERE task = %s ORDER BY id;
+
+-- name: lock_tasks
+-- Every write transaction first takes a transaction-scoped advisory lock per task it
+-- touches, so two sidecars deciding about the same task take turns, a task that has no
+-- row yet included (a row lock cannot cover a row that does not exist).  Locks are taken
+-- in key order, so two batches cannot deadlock on each other.
+SELECT pg_advisory_xact_lock(lock_key)
+FROM (SELECT DISTINCT hashtextextended(task, 3120) AS lock_key
+      FROM unnest(%s::text[]) AS task
+      ORDER BY lock_key) AS wanted;

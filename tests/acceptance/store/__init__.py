@@ -1,0 +1,1 @@
+"""Acceptance: the shared PostgreSQL store across real sidecar processes, and store outages."""
