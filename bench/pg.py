@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.rulepacks import packs_dir
+from sidecar.testing.pgcluster import unprivileged_user
 from sidecar.testing.processes import Child
 
 HERE = Path(__file__).parent
@@ -204,7 +205,17 @@ def sidecar(root: Path, name: str, rules: Path, *extra: str) -> Child:
 
 
 def pgbouncer(root: Path, binary: str) -> tuple[Child, int]:
+    """pgbouncer in session mode in front of the server; it refuses to run as root, so
+    there it runs as the unprivileged user a private PostgreSQL cluster would."""
     port = free_port()
+    root = root / "pgbouncer"
+    root.mkdir()
+    argv = [binary]
+    if (owner := unprivileged_user()) is not None:
+        os.chown(root, owner.pw_uid, owner.pw_gid)
+        os.chmod(root.parent, 0o755)
+        user = owner.pw_name
+        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", binary]
     (root / "userlist.txt").write_text(f'"{USER}" ""\n')
     (root / "pgbouncer.ini").write_text(
         f"[databases]\n* = host={HOST} port={PORT}\n\n[pgbouncer]\n"
@@ -213,7 +224,9 @@ def pgbouncer(root: Path, binary: str) -> tuple[Child, int]:
         "max_client_conn = 100\ndefault_pool_size = 20\n"
         f"logfile = {root / 'pgbouncer.log'}\npidfile =\n"
     )
-    child = Child([binary, str(root / "pgbouncer.ini")], stderr_path=root / "pgbouncer.err")
+    for written in ("userlist.txt", "pgbouncer.ini"):
+        (root / written).chmod(0o644)
+    child = Child([*argv, str(root / "pgbouncer.ini")], stderr_path=root.parent / "pgbouncer.err")
     wait_listening(port, child)
     return child, port
 

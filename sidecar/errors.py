@@ -158,6 +158,7 @@ class StaleGeneration(Conflict):
             "attempt_id": self.attempt_id,
             "generation": self.generation,
             "current_generation": self.current_generation,
+            "reason": self.reason,
         }
 
 

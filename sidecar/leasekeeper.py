@@ -115,8 +115,13 @@ def _problem_to_error(data: dict[str, Any], status: int) -> SidecarError:
             datetime.fromisoformat(data["lease_expires_at"]),
         )
     if code == "stale_generation":
+        # The reason alone: StaleGeneration words the rest of the message itself.
         return StaleGeneration(
-            data["task"], data["attempt_id"], data["generation"], data["current_generation"], detail
+            data["task"],
+            data["attempt_id"],
+            data["generation"],
+            data["current_generation"],
+            str(data.get("reason", detail)),
         )
     errors: dict[str, type[SidecarError]] = {
         "not_found": NotFound,

@@ -53,7 +53,7 @@ def find_bindir() -> Path:
     raise PgUnavailable("no PostgreSQL installation (initdb, pg_ctl, psql) found")
 
 
-def _unprivileged_user() -> pwd.struct_passwd | None:
+def unprivileged_user() -> pwd.struct_passwd | None:
     """Who runs the server when we are root; None when we are not root."""
     if os.geteuid() != 0:
         return None
@@ -138,7 +138,7 @@ class PgCluster:
         Raises :class:`PgUnavailable` when this machine has no PostgreSQL to run.
         """
         bindir = find_bindir()
-        owner = _unprivileged_user()
+        owner = unprivileged_user()
         own_root = owner is not None
         root = Path(tempfile.mkdtemp(prefix="sidecar-pg-")) if own_root else directory
         if owner is not None:
