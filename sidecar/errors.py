@@ -7,6 +7,7 @@ translated into :class:`StoreUnavailable` at the store boundary and nowhere else
 
     SidecarError
     ├── ConfigError            bad flags, env, config or rule files (never at run time)
+    │   └── InvalidInjection   a pod's effect-sidecar.io/* annotation cannot be honoured
     ├── InvalidRequest         a body or parameter that does not validate
     │   ├── PayloadTooLarge    a matched effect's body over its rule's max_body_bytes (413)
     │   └── PayloadMismatch    a replay whose payload differs, under on_divergence: reject (422)
@@ -58,6 +59,20 @@ class ConfigError(SidecarError):
     code = "invalid_config"
     status = 400
     title = "Invalid configuration"
+
+
+class InvalidInjection(ConfigError):
+    """The pod cannot be injected as its annotations ask; nothing was changed."""
+
+    code = "invalid_injection"
+    title = "Invalid injection request"
+
+    def __init__(self, detail: str, *, annotation: str | None = None) -> None:
+        self.annotation = annotation
+        super().__init__(detail)
+
+    def extensions(self) -> dict[str, Any]:
+        return {"annotation": self.annotation} if self.annotation else {}
 
 
 class InvalidRequest(SidecarError):

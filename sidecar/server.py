@@ -191,6 +191,10 @@ def _pg_relay(
         parameters: dict[str, str],
     ) -> None:
         database = parameters.get("database") or parameters.get("user", "")
+        if bind.task is None and settings.task:
+            # As for HTTP: a connection that names no task acts for the sidecar's own
+            # (the Kubernetes shape, where a redirected agent sets no PGOPTIONS).
+            bind = BindRequest(settings.task, None)
         engine = effects.engine(bind, database) if effects is not None else None
         await run_session(
             client_reader, client_writer, server_reader, server_writer, frontend, backend, engine

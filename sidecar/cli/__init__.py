@@ -11,11 +11,11 @@ import sys
 from collections.abc import Sequence
 
 import sidecar
-from sidecar.cli import demo, emulate, inspect, rules, serve
+from sidecar.cli import demo, emulate, inject, inspect, redirect, rules, serve, webhook
 from sidecar.cli import exec as exec_
 from sidecar.errors import ConfigError, SidecarError
 
-VERBS = (serve, exec_, inspect, rules, emulate, demo)
+VERBS = (serve, exec_, inspect, rules, emulate, demo, inject, webhook, redirect)
 
 
 def build_parser() -> argparse.ArgumentParser:

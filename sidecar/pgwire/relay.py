@@ -11,7 +11,11 @@ between the agent and the server, so the sidecar holds no database secret - exce
 * the sidecar's own startup parameters (``-c sidecar.task=... -c sidecar.attempt=...``
   in ``options``, as `sidecar exec` sets PGOPTIONS, or ``sidecar.task`` /
   ``sidecar.attempt`` parameters) bind the connection to an attempt and are removed;
-* a CancelRequest is sent on to the server (the agent was given the server's own key).
+* a CancelRequest is sent on to the server (the agent was given the server's own key);
+* a connection that iptables redirected to the relay (transparent mode, ``sidecar
+  redirect``) is carried to the server the agent asked for, read from
+  ``SO_ORIGINAL_DST`` (IPv4), as mitmproxy does for HTTP; ``--pg-upstream`` then only
+  supplies the TLS setting, and is the server for connections made to the relay itself.
 
 After start-up, :class:`sidecar.pgwire.session.Session` carries the conversation.
 """
@@ -22,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import socket
 import ssl
 import struct
 from collections.abc import Awaitable, Callable
@@ -48,6 +53,7 @@ _ASKS_CLIENT = frozenset({3, 5, 7, 8, 9, 10, 11})
 _SASL = 10
 _SIDECAR_OPTION = re.compile(r"-c\s*sidecar\.(task|attempt)=(\S+)")
 READ_SIZE = 1 << 16
+SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h; not in the socket module
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,21 @@ def split_binding(parameters: dict[str, str]) -> tuple[dict[str, str], BindReque
         else:
             kept[name] = value
     return kept, BindRequest(found.get("task"), found.get("attempt"))
+
+
+def original_destination(writer: asyncio.StreamWriter) -> tuple[str, int] | None:
+    """Where the agent meant to connect, if iptables redirected it here; else None."""
+    sock = writer.get_extra_info("socket")
+    if sock is None or sock.family != socket.AF_INET:
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+    except OSError:  # not NATed (or no conntrack): a direct connection
+        return None
+    port, packed = struct.unpack_from("!2xH4s", raw)
+    target = (socket.inet_ntop(socket.AF_INET, packed), int(port))
+    local = sock.getsockname()
+    return None if target == (local[0], int(local[1])) else target
 
 
 type SessionFactory = Callable[
@@ -148,18 +169,19 @@ class Relay:
             if startup is None:
                 continue
             if startup.code == CANCEL_REQUEST:
-                await self._cancel(startup)
+                await self._cancel(startup, original_destination(writer))
                 return
             if startup.code != PROTOCOL_3:
                 writer.write(b"N")  # no SSL, no GSS encryption on the loopback leg
                 await writer.drain()
         parameters, bind = split_binding(startup.parameters)
+        target = original_destination(writer)
+        host, port = target or (self.upstream.host, self.upstream.port)
         try:
-            up_reader, up_writer = await self._connect()
+            up_reader, up_writer = await self._connect(target)
         except OSError as error:  # refused, unreachable, TLS refused or failed
-            up = self.upstream
-            log.warning("postgres server %s:%s not reached: %s", up.host, up.port, error)
-            text = f"effect-sidecar: cannot connect to the PostgreSQL server {up.host}:{up.port}"
+            log.warning("postgres server %s:%s not reached: %s", host, port, error)
+            text = f"effect-sidecar: cannot connect to the PostgreSQL server {host}:{port}"
             writer.write(messages.error_response("08001", f"{text}: {error}", severity="FATAL"))
             await writer.drain()
             return
@@ -171,9 +193,13 @@ class Relay:
             reader, writer, up_reader, up_writer, frontend, backend, bind, parameters
         )
 
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect(
+        self, target: tuple[str, int] | None = None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to ``target`` (a redirected agent's own server) or the upstream."""
         up = self.upstream
-        up_reader, up_writer = await asyncio.open_connection(up.host, up.port)
+        host, port = target or (up.host, up.port)
+        up_reader, up_writer = await asyncio.open_connection(host, port)
         if up.tls:
             up_writer.write(struct.pack("!ii", 8, SSL_REQUEST))
             await up_writer.drain()
@@ -233,8 +259,8 @@ class Relay:
                 up_writer.write(answer)
                 await up_writer.drain()
 
-    async def _cancel(self, startup: Startup) -> None:
-        _, up_writer = await self._connect()  # over TLS too: the key is a secret
+    async def _cancel(self, startup: Startup, target: tuple[str, int] | None) -> None:
+        _, up_writer = await self._connect(target)  # over TLS too: the key is a secret
         up_writer.write(startup.raw)
         await up_writer.drain()
         up_writer.close()

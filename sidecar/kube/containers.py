@@ -1,0 +1,224 @@
+"""What an injected pod gets: the sidecar and redirect containers, their volumes and the
+variables added to the app containers; built from a validated request and the config.
+:mod:`sidecar.kube.inject` decides where they go.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from sidecar.kube import annotations as notes
+from sidecar.kube.config import InjectConfig
+
+SIDECAR = "effect-sidecar"
+REDIRECT = "effect-sidecar-redirect"
+DATA_VOLUME = "effect-sidecar-data"
+TOKEN_VOLUME = "effect-sidecar-control-token"  # noqa: S105 - a volume name
+RULES_VOLUME = "effect-sidecar-rules"
+DATA_DIR = "/var/run/effect-sidecar"
+TOKEN_DIR = "/etc/effect-sidecar/control"  # noqa: S105 - a mount path
+RULES_DIR = "/etc/effect-sidecar/rules"
+BUNDLE = f"{DATA_DIR}/ca-bundle.pem"
+CONTROL_PORT = 7300
+PROXY_PORT = 7301
+PG_PORT = 7302
+PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
+NO_PROXY = "127.0.0.1,localhost,::1"
+TRUST_VARIABLES = (  # the same list as sidecar.proxy.ca, without importing mitmproxy
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+    "AWS_CA_BUNDLE",
+)
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+NO_PROXY_VARIABLES = ("NO_PROXY", "no_proxy")
+#: Waits for readiness in a postStart hook (fallback shape): the image has Python.
+WAIT_READY = (
+    "import time, urllib.request\n"
+    "for _ in range(1200):\n"
+    "    try:\n"
+    f"        urllib.request.urlopen('http://127.0.0.1:{CONTROL_PORT}/readyz', timeout=1)\n"
+    "        break\n"
+    "    except Exception:\n"
+    "        time.sleep(0.25)\n"
+    "else:\n"
+    "    raise SystemExit('effect-sidecar did not become ready')\n"
+)
+
+
+def app_env(transparent: bool) -> list[dict[str, Any]]:
+    env = [{"name": name, "value": BUNDLE} for name in TRUST_VARIABLES]
+    if not transparent:
+        env += [{"name": name, "value": PROXY_URL} for name in PROXY_VARIABLES]
+        env += [{"name": name, "value": NO_PROXY} for name in NO_PROXY_VARIABLES]
+    return env
+
+
+def add_env(container: dict[str, Any], env: list[dict[str, Any]]) -> list[str]:
+    """Append what the container does not set itself; return the names it kept."""
+    own = container.setdefault("env", [])
+    present = {item.get("name") for item in own}
+    kept = [item["name"] for item in env if item["name"] in present]
+    own.extend(item for item in env if item["name"] not in present)
+    return kept
+
+
+def _security(config: InjectConfig) -> dict[str, Any]:
+    return {
+        "runAsUser": config.run_as_user,
+        "runAsGroup": config.run_as_user,
+        "runAsNonRoot": True,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _field(path: str) -> dict[str, Any]:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def sidecar_container(
+    request: notes.Request, config: InjectConfig, task_field: str
+) -> dict[str, Any]:
+    command = [
+        "sidecar",
+        "serve",
+        "--mode",
+        "transparent" if request.mode == "transparent" else "regular",
+        "--data-dir",
+        DATA_DIR,
+        "--control-listen",
+        f"0.0.0.0:{CONTROL_PORT}",  # kubelet probes come from outside the pod
+        "--control-token-file",
+        f"{TOKEN_DIR}/token",
+        "--proxy-listen",
+        f"127.0.0.1:{PROXY_PORT}",
+        "--pg-listen",
+        f"127.0.0.1:{PG_PORT}",
+    ]
+    if request.pg_upstream:
+        command += ["--pg-upstream", request.pg_upstream]
+    if request.rules_configmap:
+        command += ["--rules", RULES_DIR]
+    env: list[dict[str, Any]] = [
+        {"name": "SIDECAR_TASK", **_field(task_field)},
+        {"name": "SIDECAR_WORKER", **_field("metadata.name")},
+    ]
+    if config.store_secret is not None:
+        env.append(
+            {
+                "name": "SIDECAR_STORE",
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": config.store_secret.name,
+                        "key": config.store_secret.key,
+                    }
+                },
+            }
+        )
+        if config.store_password_key:
+            # libpq's variable (psycopg reads it): the password stays out of the URL.
+            env.append(
+                {
+                    "name": "PGPASSWORD",
+                    "valueFrom": {
+                        "secretKeyRef": {
+                            "name": config.store_secret.name,
+                            "key": config.store_password_key,
+                            "optional": True,
+                        }
+                    },
+                }
+            )
+    mounts = [
+        {"name": DATA_VOLUME, "mountPath": DATA_DIR},
+        {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+    ]
+    if request.rules_configmap:
+        mounts.append({"name": RULES_VOLUME, "mountPath": RULES_DIR, "readOnly": True})
+
+    def probe(path: str, **extra: int) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": CONTROL_PORT}, "periodSeconds": 1, **extra}
+
+    container: dict[str, Any] = {
+        "name": SIDECAR,
+        "image": config.image,
+        "command": command,
+        "env": env,
+        "ports": [{"name": "es-control", "containerPort": CONTROL_PORT, "protocol": "TCP"}],
+        "startupProbe": probe("/readyz", failureThreshold=300),
+        "readinessProbe": probe("/readyz", periodSeconds=5),
+        "livenessProbe": probe("/healthz", periodSeconds=10, failureThreshold=3),
+        "securityContext": _security(config),
+        "resources": copy.deepcopy(config.resources),
+        "volumeMounts": mounts,
+    }
+    if config.image_pull_policy:
+        container["imagePullPolicy"] = config.image_pull_policy
+    return container
+
+
+def redirect_container(request: notes.Request, config: InjectConfig) -> dict[str, Any]:
+    command = [
+        "sidecar",
+        "redirect",
+        "--proxy-port",
+        str(PROXY_PORT),
+        "--pg-port",
+        str(PG_PORT),
+        "--owner-uid",
+        str(config.run_as_user),
+    ]
+    if not request.pg_upstream:
+        # No relay listens without an upstream: PostgreSQL traffic must go out as it is.
+        command += ["--pg-ports", ""]
+    optional: list[tuple[str, tuple[Any, ...]]] = [
+        ("--pg-ports", request.pg_ports),
+        ("--include-cidrs", request.include_cidrs),
+        ("--exclude-cidrs", request.exclude_cidrs),
+        ("--include-ports", request.include_ports),
+        ("--exclude-ports", request.exclude_ports),
+    ]
+    for flag, values in optional:
+        if values:
+            command += [flag, ",".join(str(value) for value in values)]
+    container: dict[str, Any] = {
+        "name": REDIRECT,
+        "image": config.image,
+        "command": command,
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": ["NET_ADMIN", "NET_RAW"], "drop": ["ALL"]},
+        },
+        "resources": copy.deepcopy(config.redirect_resources),
+    }
+    if config.image_pull_policy:
+        container["imagePullPolicy"] = config.image_pull_policy
+    return container
+
+
+def pod_volumes(request: notes.Request, config: InjectConfig) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": DATA_VOLUME, "emptyDir": {}},
+        {
+            "name": TOKEN_VOLUME,
+            "secret": {
+                "secretName": config.control_token_secret.name,
+                "items": [{"key": config.control_token_secret.key, "path": "token"}],
+                # Owned by root; readable so UID 1337 can read it. Only the sidecar mounts it.
+                "defaultMode": 0o444,
+            },
+        },
+    ]
+    if request.rules_configmap:
+        volumes.append({"name": RULES_VOLUME, "configMap": {"name": request.rules_configmap}})
+    return volumes

@@ -1,0 +1,243 @@
+"""Injecting the sidecar into a Pod or a workload's pod template (pure: no I/O).
+
+:func:`inject` takes a manifest (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job,
+CronJob), its namespace and an :class:`InjectConfig`, and returns a new manifest; the
+input is never modified. Pods opt in with ``effect-sidecar.io/inject: "true"`` (label or
+annotation on the pod template). Not injected, returned as they came: pods that do not
+opt in, pods already carrying ``effect-sidecar.io/status`` (so a second injection, or a
+webhook reinvoked with ``reinvocationPolicy: IfNeeded``, changes nothing), ``hostNetwork``
+pods (iptables there would redirect the node's traffic), and pods in ``kube-system``,
+``kube-public``, ``kube-node-lease`` and the injector's own namespace (checked first, so
+a system pod is never refused). Refused with :class:`InvalidInjection`, nothing changed: a
+bad ``effect-sidecar.io/*`` value, a container already named ``effect-sidecar`` or
+``effect-sidecar-redirect`` (without the status annotation), a volume name or a mount at
+``/var/run/effect-sidecar`` already taken, and in transparent mode an app running as the
+sidecar's UID (the redirect exempts that UID, so the app would bypass the sidecar).
+
+What an injected pod gets:
+
+* ``effect-sidecar``, the sidecar, running ``sidecar serve`` as UID 1337 with no
+  capabilities and a read-only root filesystem. Native sidecar (default; Kubernetes
+  1.29+): an ``initContainers`` entry with ``restartPolicy: Always`` whose startupProbe
+  (``GET /readyz`` on 7300) holds back the later init containers and the app until the
+  sidecar is ready; kubelet stops it after the app containers end, so a Job completes.
+  ``/readyz`` answers only once the proxy listens and ``DATA_DIR/ca-bundle.pem`` is
+  written (``sidecar serve`` starts the control API after both), and once the store took
+  a durable test write; the PostgreSQL relay starts a moment after the control API and
+  the task's lease is claimed in the background, neither is part of readiness.
+  Fallback (``effect-sidecar.io/native-sidecar: "false"`` or ``native_sidecar: false``):
+  the FIRST regular container, with a ``postStart`` hook that polls ``/readyz``; kubelet
+  starts the next container only when that hook returns. **A Job does not complete in
+  that shape**: the pod ends only when every container has exited, the sidecar runs until
+  SIGTERM, and the control API has no endpoint to stop it (there is no ``/v1/shutdown``),
+  so the Job needs ``activeDeadlineSeconds`` or an external delete. Use native sidecars
+  for Jobs. In the fallback shape the pod's own init containers run before the sidecar
+  exists: they get neither the CA variables nor the proxy variables (the bundle does not
+  exist yet), and in transparent mode the redirect container is placed after them so
+  their traffic is not sent to a proxy that is not listening.
+* ``effect-sidecar-redirect`` (transparent mode, the default): an init container before
+  the sidecar running ``sidecar redirect`` (NET_ADMIN, NET_RAW, as root, nothing else)
+  with the pod's ``*-outbound-cidrs``/``*-outbound-ports``/``pg-ports`` annotations. The
+  proxy listens on ``127.0.0.1:7301``: ``REDIRECT`` in ``nat OUTPUT`` rewrites a locally
+  generated connection's destination to the loopback address, where mitmproxy accepts it
+  and reads the original destination (``SO_ORIGINAL_DST``); listening on ``0.0.0.0`` would
+  offer an open proxy acting for the pod's task to the whole cluster network.
+  ``env-proxy`` mode needs no privilege: no redirect container, the app containers get
+  ``HTTP_PROXY``/``HTTPS_PROXY`` (both cases: curl reads only the lower-case ones) set to
+  ``http://127.0.0.1:7301`` and ``NO_PROXY`` for loopback. ``DATABASE_URL`` is left to
+  the operator in both modes: point it at ``postgresql://...@127.0.0.1:7302/DB`` in
+  env-proxy mode (transparent mode redirects the PostgreSQL ports itself).
+* CA trust on every app container (and, with native sidecars, every other init
+  container): the sidecar's data emptyDir mounted read-only at ``/var/run/effect-sidecar``
+  and ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``, ``NODE_EXTRA_CA_CERTS``,
+  ``GIT_SSL_CAINFO``, ``PIP_CERT``, ``AWS_CA_BUNDLE`` pointing at its ``ca-bundle.pem``. A
+  variable the container already sets is **kept** (the operator's explicit value wins; the
+  status annotation lists what was kept). The CA key sits in that volume's ``ca/``
+  directory, mode 0700 and owned by UID 1337: app containers running as root could read it.
+* the task: ``SIDECAR_TASK`` from the downward API, ``metadata.annotations
+  ['effect-sidecar.io/task']`` when the pod template has that annotation, else
+  ``metadata.labels['job-name']`` for a Job's or CronJob's pods (one task per Job run; a
+  retried pod of the same Job resumes it), else ``metadata.name`` (stable for StatefulSet
+  pods; a Deployment's pods should carry the annotation). ``SIDECAR_WORKER`` is the pod
+  name, ``SIDECAR_STORE`` comes from the store Secret; ``sidecar serve`` reads
+  ``SIDECAR_*`` itself, so no ``$(VAR)`` expansion is needed in its command.
+* ``effect-sidecar.io/status``: JSON of the version and what was added.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sidecar
+from sidecar.errors import InvalidInjection
+from sidecar.kube import annotations as notes
+from sidecar.kube.config import InjectConfig
+from sidecar.kube.containers import (
+    DATA_DIR,
+    DATA_VOLUME,
+    REDIRECT,
+    RULES_VOLUME,
+    SIDECAR,
+    TOKEN_VOLUME,
+    WAIT_READY,
+    add_env,
+    app_env,
+    pod_volumes,
+    redirect_container,
+    sidecar_container,
+)
+
+_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": (),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+_JOB_KINDS = frozenset({"Job", "CronJob"})
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    manifest: dict[str, Any]
+    injected: bool
+    reason: str  # why not, or "injected"
+
+
+def is_workload(manifest: Mapping[str, Any]) -> bool:
+    return manifest.get("kind") in _TEMPLATE_PATHS and isinstance(manifest.get("spec"), dict)
+
+
+def _template(manifest: dict[str, Any]) -> dict[str, Any]:
+    node = manifest
+    path = _TEMPLATE_PATHS[manifest["kind"]]
+    for key in path:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            raise InvalidInjection(f"{manifest['kind']} has no pod template at {'.'.join(path)}")
+        node = child
+    return node
+
+
+def inject(manifest: Mapping[str, Any], namespace: str, config: InjectConfig) -> Outcome:
+    """The manifest with the sidecar injected, or unchanged with the reason."""
+    result = copy.deepcopy(dict(manifest))
+    if not is_workload(result):
+        return Outcome(result, injected=False, reason="not a workload")
+    pod = _template(result)
+    metadata: dict[str, Any] = pod.setdefault("metadata", {}) or {}
+    pod["metadata"] = metadata
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise InvalidInjection(f"{result['kind']}: the pod template has no spec")
+    unchanged = copy.deepcopy(dict(manifest))
+    # The namespace first: a system pod is never refused, whatever its annotations say.
+    if config.skips(namespace):
+        return Outcome(unchanged, injected=False, reason=f"namespace {namespace} is skipped")
+    if not notes.opted_in(metadata):
+        return Outcome(unchanged, injected=False, reason="not opted in")
+    if notes.STATUS in (metadata.get("annotations") or {}):
+        return Outcome(unchanged, injected=False, reason="already injected")
+    if spec.get("hostNetwork"):
+        return Outcome(unchanged, injected=False, reason="hostNetwork pod")
+    request = notes.read(metadata, config)
+    status = _inject_spec(spec, metadata, request, config, job=result["kind"] in _JOB_KINDS)
+    annotations = metadata.setdefault("annotations", {}) or {}
+    metadata["annotations"] = annotations
+    annotations[notes.STATUS] = json.dumps(status, sort_keys=True, separators=(",", ":"))
+    return Outcome(result, injected=True, reason="injected")
+
+
+def _check_free(spec: Mapping[str, Any], volumes: list[str], uid: int | None) -> None:
+    for field in ("initContainers", "containers"):
+        for container in spec.get(field) or []:
+            if container.get("name") in {SIDECAR, REDIRECT}:
+                raise InvalidInjection(
+                    f"the pod already has a container named {container['name']!r} but no "
+                    f"{notes.STATUS} annotation: remove it, or mark the pod as injected",
+                    annotation=notes.STATUS,
+                )
+            for mount in container.get("volumeMounts") or []:
+                if mount.get("mountPath", "").rstrip("/") == DATA_DIR:
+                    raise InvalidInjection(
+                        f"container {container.get('name')!r} already mounts something at "
+                        f"{DATA_DIR}, where the sidecar's CA bundle goes"
+                    )
+    pod_user = (spec.get("securityContext") or {}).get("runAsUser")
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        user = (container.get("securityContext") or {}).get("runAsUser", pod_user)
+        if uid is not None and user == uid:
+            # The redirect exempts the sidecar's UID: an agent running as it is not seen.
+            raise InvalidInjection(
+                f"container {container.get('name')!r} runs as UID {uid}, the sidecar's own: "
+                "its traffic would bypass the sidecar; run it as another user"
+            )
+    taken = {volume.get("name") for volume in spec.get("volumes") or []}
+    for name in volumes:
+        if name in taken:
+            raise InvalidInjection(f"the pod already has a volume named {name!r}")
+
+
+def _task_source(metadata: Mapping[str, Any], annotated: bool, job: bool) -> str:
+    if annotated:
+        return f"metadata.annotations['{notes.TASK}']"
+    labels = metadata.get("labels") or {}
+    if job or "job-name" in labels or "batch.kubernetes.io/job-name" in labels:
+        return "metadata.labels['job-name']"
+    return "metadata.name"
+
+
+def _inject_spec(
+    spec: dict[str, Any],
+    metadata: Mapping[str, Any],
+    request: notes.Request,
+    config: InjectConfig,
+    *,
+    job: bool,
+) -> dict[str, Any]:
+    volumes = [DATA_VOLUME, TOKEN_VOLUME] + ([RULES_VOLUME] if request.rules_configmap else [])
+    transparent = request.mode == "transparent"
+    _check_free(spec, volumes, config.run_as_user if transparent else None)
+    task_field = _task_source(metadata, request.task_annotated, job)
+    added = sidecar_container(request, config, task_field)
+    app_inits = list(spec.get("initContainers") or [])
+    apps = list(spec.get("containers") or [])
+    kept: dict[str, list[str]] = {}
+    touched = apps + (app_inits if request.native_sidecar else [])
+    for container in touched:
+        names = add_env(container, app_env(transparent))
+        if names:
+            kept[container["name"]] = names
+        container.setdefault("volumeMounts", []).append(
+            {"name": DATA_VOLUME, "mountPath": DATA_DIR, "readOnly": True}
+        )
+    redirect = [redirect_container(request, config)] if transparent else []
+    if request.native_sidecar:
+        added["restartPolicy"] = "Always"
+        spec["initContainers"] = [*redirect, added, *app_inits]
+        spec["containers"] = apps
+    else:
+        added["lifecycle"] = {"postStart": {"exec": {"command": ["python", "-c", WAIT_READY]}}}
+        if app_inits or redirect:
+            spec["initContainers"] = [*app_inits, *redirect]
+        spec["containers"] = [added, *apps]
+    spec["volumes"] = [*(spec.get("volumes") or []), *pod_volumes(request, config)]
+    status: dict[str, Any] = {
+        "version": sidecar.__version__,
+        "mode": request.mode,
+        "nativeSidecar": request.native_sidecar,
+        "initContainers": ([REDIRECT] if transparent else [])
+        + ([SIDECAR] if request.native_sidecar else []),
+        "containers": [] if request.native_sidecar else [SIDECAR],
+        "volumes": volumes,
+        "task": task_field,
+    }
+    if kept:
+        status["keptEnv"] = kept
+    return status

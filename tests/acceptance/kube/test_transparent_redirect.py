@@ -1,0 +1,378 @@
+"""Transparent mode in a real network namespace: the pod as Kubernetes would build it.
+
+A "pod" network namespace with a veth to the host; the host's end of the veth stands in
+for the internet (the GitHub emulator on its port 80, a private PostgreSQL). In the pod:
+
+* `sidecar serve --mode transparent --task 312` as uid 1337;
+* the redirect installed by `sidecar redirect`, as the init container runs it (twice:
+  idempotent);
+* UNMODIFIED clients as uid 1001, with no proxy settings and no PGOPTIONS, only the
+  sidecar's CA bundle in SSL_CERT_FILE / GIT_SSL_CAINFO (as the injected env would).
+
+HTTPS and git: the pod's /etc/hosts sends api.github.com and github.com to the host,
+where nothing listens on 443, so only the redirect can make the client work; the
+sidecar routes both names to the emulator. The client (clone, commit, push with the git
+CLI, open a PR with requests) runs twice, as an agent resumed from the top. Proves the
+traffic went through the sidecar (both effects in its log for task 312, both replayed
+the second time; one branch at the first commit and one PR in the emulator) and that
+the sidecar's own connections to port 80, which the redirect covers, were not looped
+back into it (the owner-uid RETURN rule counted packets).
+
+PostgreSQL: psql connects to the server's own address; the redirect sends it to the
+relay, which finds the server through SO_ORIGINAL_DST (its --pg-upstream points
+nowhere) and binds the connection to the sidecar's --task. The migration runs twice,
+the table is created once.
+
+Needs root, iproute2, util-linux (setpriv), iptables and (for the second test) a
+PostgreSQL installation; skipped with the precise reason otherwise, failed under CI=true.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from sidecar.kube.redirect import CHAIN, REDIRECT_CHAIN
+from sidecar.rulepacks import packs_dir
+from sidecar.testing.github import REPO, SOURCE
+from sidecar.testing.netns import PodNetwork, sidecar_argv, unavailable
+from sidecar.testing.pgcluster import SUPERUSER, PgCluster, PgUnavailable
+from sidecar.testing.processes import Child
+
+pytestmark = pytest.mark.acceptance
+
+SIDECAR_UID = 1337
+AGENT_UID = 1001
+TASK = "312"
+BRANCH = "agent/312-orders"
+
+CLIENT = r"""
+import os, subprocess, sys, requests
+
+work = sys.argv[1]
+identity = ["-c", "user.name=agent", "-c", "user.email=agent@example.com"]
+def git(*args, cwd=work):
+    subprocess.run(["git", *identity, *args], cwd=cwd, check=True, capture_output=True)
+
+git("clone", "-q", "https://github.com/acme/app.git", work, cwd=None)
+git("checkout", "-q", "-b", "agent/312-orders")
+with open(os.path.join(work, "app.py"), "a") as f:
+    f.write("\n\ndef cancel_order(order):\n    return {'status': 'cancelled'}\n")
+git("commit", "-q", "-am", "Add order cancellation")
+head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, check=True,
+                      capture_output=True, text=True).stdout.strip()
+print("head", head, flush=True)
+pushed = subprocess.run(["git", "push", "--force", "origin", "agent/312-orders"], cwd=work,
+                        capture_output=True, text=True)
+print("push", pushed.returncode, pushed.stderr.replace("\n", " | "), flush=True)
+pull = requests.post(
+    "https://api.github.com/repos/acme/app/pulls",
+    json={"title": "Order cancellation", "head": "agent/312-orders", "base": "main"},
+    headers={"Authorization": "token agent-token"}, timeout=30,
+)
+read = requests.get("http://api.github.com/repos/acme/app", timeout=30)  # port 80
+print("read", read.status_code, read.headers.get("X-Sidecar-Effect"), flush=True)
+print("pull", pull.status_code, pull.headers.get("X-Sidecar-Effect"),
+      pull.json().get("number"), flush=True)
+"""
+
+
+@pytest.fixture
+def pod() -> Iterator[PodNetwork]:
+    reason = unavailable()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the network-namespace test cannot run: {reason}")
+        pytest.skip(reason)
+    with PodNetwork.create() as network:
+        yield network
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A folder the sidecar's and the agent's uids can reach (pytest's tmp_path is 0700)."""
+    folder = Path(tempfile.mkdtemp(prefix="esc-transparent-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def owned_dir(path: Path, uid: int) -> Path:
+    path.mkdir(parents=True)
+    os.chown(path, uid, uid)
+    return path
+
+
+def seed(github: str) -> None:
+    auth = {"Authorization": "token test-token"}
+    owner, repo = REPO.split("/")
+    made = requests.post(
+        f"{github}/orgs/{owner}/repos",
+        json={"name": repo, "auto_init": True},
+        headers=auth,
+        timeout=30,
+    )
+    assert made.status_code == 201, made.text
+    put = requests.put(
+        f"{github}/repos/{REPO}/contents/app.py",
+        json={
+            "message": "Add the orders endpoint",
+            "content": base64.b64encode(SOURCE.encode()).decode(),
+            "branch": "main",
+        },
+        headers=auth,
+        timeout=30,
+    )
+    assert put.status_code in {200, 201}, put.text
+
+
+def in_pod_json(pod: PodNetwork, url: str) -> Any:
+    """GET a URL from inside the pod (the control API listens on the pod's loopback)."""
+    code = f"import urllib.request as u, sys; sys.stdout.write(u.urlopen({url!r}).read().decode())"
+    done = pod.run([sys.executable, "-c", code])
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def start_sidecar(pod: PodNetwork, base: Path, *args: str) -> tuple[Child, Path]:
+    """`sidecar serve --mode transparent --task 312` in the pod, as the sidecar's uid."""
+    data = owned_dir(base / "sidecar", SIDECAR_UID)
+    serve = [
+        sys.executable, "-m", "sidecar", "serve", "--mode", "transparent",
+        "--data-dir", str(data), "--control-listen", "127.0.0.1:7300",
+        "--proxy-listen", "127.0.0.1:7301", "--task", TASK, "--worker", "pod", *args,
+    ]  # fmt: skip
+    sidecar = Child(
+        pod.argv(serve, uid=SIDECAR_UID),
+        env={"PATH": os.environ["PATH"], "HOME": str(data)},
+        stderr_path=base / "sidecar.log",
+    )
+    try:
+        sidecar.wait_for(r"effect-sidecar ready", timeout=60)
+    except BaseException:
+        sidecar.kill()
+        raise
+    return sidecar, data
+
+
+def apply_redirect(pod: PodNetwork, *args: str) -> str:
+    """The init container: the real verb, as root in the pod, run twice (a restarted init
+    container must change nothing); returns what it printed."""
+    redirect = sidecar_argv(
+        "redirect", "--proxy-port", "7301", "--pg-port", "7302",
+        "--owner-uid", str(SIDECAR_UID), *args,
+    )  # fmt: skip
+    printed = ""
+    for _ in range(2):
+        applied = pod.run(redirect)
+        assert applied.returncode == 0, applied.stderr
+        printed = applied.stdout
+    hooks = pod.run(["iptables", "-w", "-t", "nat", "-S", "OUTPUT"]).stdout
+    assert hooks.count(f"-j {CHAIN}") == 1, hooks
+    return printed
+
+
+def agent_env(home: Path, bundle: Path) -> dict[str, str]:
+    """What the injector gives the agent container: the CA bundle, no proxy settings."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "SSL_CERT_FILE": str(bundle),
+        "REQUESTS_CA_BUNDLE": str(bundle),
+        "GIT_SSL_CAINFO": str(bundle),
+        "GIT_TERMINAL_PROMPT": "0",
+    }
+    assert not [name for name in env if name.lower().endswith("_proxy")]
+    return env
+
+
+def assert_not_looped_and_redirected(pod: PodNetwork, port: int) -> None:
+    """The sidecar's own connections matched the owner-uid RETURN rule (without it they
+    would have been redirected back into the sidecar), and the agent's matched the
+    redirect of ``port``."""
+    chain = pod.counters("nat", CHAIN)
+    owner = [pkts for pkts, rule in chain if f"owner UID match {SIDECAR_UID}" in rule]
+    assert owner, chain
+    assert owner[0] > 0, chain
+    redirected = pod.counters("nat", REDIRECT_CHAIN)
+    hits = [pkts for pkts, rule in redirected if f"dpt:{port} " in f"{rule} "]
+    assert hits, redirected
+    assert hits[0] > 0, redirected
+
+
+def effects_by_rule(pod: PodNetwork) -> dict[str, dict[str, Any]]:
+    log = in_pod_json(pod, f"http://127.0.0.1:7300/v1/tasks/{TASK}/effects")
+    return {effect["rule"]: effect for effect in log["effects"]}
+
+
+def test_unmodified_https_and_git_client_goes_through_the_sidecar(
+    pod: PodNetwork, base: Path
+) -> None:
+    github_addr = f"{pod.host_ip}:80"
+    github = f"http://{github_addr}"
+    emulator = Child(
+        [sys.executable, "-m", "sidecar", "emulate", "github", "--listen", github_addr,
+         "--data", str(base / "github"), "--api-url", "https://api.github.com",
+         "--web-url", "https://github.com"],
+        stderr_path=base / "github.log",
+    )  # fmt: skip
+    with emulator:
+        emulator.wait_for(r"github emulator ready", timeout=30)
+        seed(github)
+        pod.write_hosts({"api.github.com": pod.host_ip, "github.com": pod.host_ip})
+        sidecar, data = start_sidecar(
+            pod, base, "--rules", str(packs_dir() / "github.yaml"),
+            "--route", f"api.github.com={github}", "--route", f"github.com={github}",
+        )  # fmt: skip
+        with sidecar:
+            printed = apply_redirect(pod)
+            assert "-p tcp --dport 443 -j REDIRECT --to-ports 7301" in printed
+
+            script = base / "client.py"
+            script.write_text(CLIENT)
+            outputs = []
+            for attempt in (1, 2):  # the agent, then the agent resumed from the top
+                home = owned_dir(base / f"agent-{attempt}", AGENT_UID)
+                done = pod.run(
+                    [sys.executable, str(script), str(home / "app")],
+                    uid=AGENT_UID,
+                    env=agent_env(home, data / "ca-bundle.pem"),
+                )
+                assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+                outputs.append(done.stdout)
+
+            first, second = outputs
+            assert "push 0" in first, first
+            assert "pull 201 recorded" in first, first
+            assert "read 200 passthrough" in first, first
+            assert "push 0" in second, second
+            assert "pull 201 replayed" in second, second
+
+            # The second push was answered by the sidecar: the remote kept the first commit.
+            state = requests.get(f"{github}/_emulator/state", timeout=10).json()
+            repo = state["repos"][REPO]
+            assert [name for name in repo["branches"] if name != "main"] == [BRANCH]
+            first_head = re.search(r"^head (\w+)", first, re.MULTILINE)
+            assert first_head, first
+            assert repo["branches"][BRANCH]["sha"] == first_head.group(1)
+            assert len(repo["pulls"]) == 1
+
+            # The sidecar recorded both effects for task 312, and replayed both.
+            by_rule = effects_by_rule(pod)
+            assert set(by_rule) == {"github.git.push", "github.pulls.create"}, by_rule
+            for effect in by_rule.values():
+                assert effect["state"] == "completed", effect
+                assert "replayed" in [event["event"] for event in effect["events"]], effect
+
+            # Its connections to the emulator's port 80 (a redirected port) were not looped.
+            assert_not_looped_and_redirected(pod, 443)
+            assert_not_looped_and_redirected(pod, 80)
+
+
+@pytest.fixture
+def cluster(pod: PodNetwork, base: Path) -> Iterator[PgCluster]:
+    """A private PostgreSQL on the host's end of the pod's veth."""
+    try:
+        server = PgCluster.create(
+            base / "pg",
+            hba=[f"host all all {pod.pod_ip}/32 trust"],
+            settings={"listen_addresses": f"'{pod.host_ip}'"},
+        )
+    except PgUnavailable as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but no PostgreSQL to run: {error}")
+        pytest.skip(str(error))
+    server.host = pod.host_ip
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_unmodified_postgresql_client_goes_through_the_relay(
+    pod: PodNetwork, base: Path, cluster: PgCluster
+) -> None:
+    # --pg-upstream names a port where nothing listens: only the original destination
+    # of the redirected connection (SO_ORIGINAL_DST) can take the agent to its server.
+    sidecar, _ = start_sidecar(
+        pod, base, "--rules", str(packs_dir() / "postgres.yaml"),
+        "--pg-listen", "127.0.0.1:7302", "--pg-upstream", "postgresql://127.0.0.1:9",
+    )  # fmt: skip
+    with sidecar:
+        printed = apply_redirect(pod, "--pg-ports", str(cluster.port))
+        assert f"--dport {cluster.port} -j REDIRECT --to-ports 7302" in printed
+
+        url = f"postgresql://{SUPERUSER}@{pod.host_ip}:{cluster.port}/postgres"
+        migration = "CREATE TABLE orders_312 (id int PRIMARY KEY, total int)"
+        for attempt in (1, 2):  # the agent, then the agent resumed from the top
+            home = owned_dir(base / f"agent-{attempt}", AGENT_UID)
+            done = pod.run(
+                ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-c", migration, url],
+                uid=AGENT_UID,
+                env={"PATH": os.environ["PATH"], "HOME": str(home)},
+            )
+            assert done.returncode == 0, f"attempt {attempt}: {done.stdout}{done.stderr}"
+            assert "CREATE TABLE" in done.stdout
+
+        # The database: the table exists, created once (the second run was answered from
+        # the record the relay keeps in the agent's own database).
+        assert cluster.sql("SELECT count(*) FROM pg_tables WHERE tablename = 'orders_312'") == "1"
+        assert cluster.sql("SELECT count(*) FROM effect_sidecar.effects") == "1"
+        effect = effects_by_rule(pod)["postgres.ddl"]
+        assert effect["state"] == "completed", effect
+        assert "replayed" in [event["event"] for event in effect["events"]], effect
+
+        assert_not_looped_and_redirected(pod, cluster.port)
+
+
+CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()
+    print("connected")
+except OSError as error:
+    print(type(error).__name__)
+"""
+
+
+def test_ipv6_on_redirected_ports_fails_closed(pod: PodNetwork, base: Path) -> None:
+    """IPv6 is not redirected (the sidecar listens on IPv4 loopback): the agent's IPv6
+    connections on redirected ports are reset instead of escaping the sidecar; the
+    sidecar's own uid and other ports are untouched."""
+    if not pod.host_ip6:
+        pytest.skip("IPv6 is disabled on this machine")
+    listeners = []
+    for port in (443, 8080):
+        listener = socket.create_server((pod.host_ip6, port), family=socket.AF_INET6)
+        listeners.append(listener)
+    try:
+        printed = apply_redirect(pod)
+        assert "-p tcp --dport 443 -j REJECT --reject-with tcp-reset" in printed
+        script = base / "connect.py"
+        script.write_text(CONNECT)
+
+        def connect(uid: int, port: int) -> str:
+            done = pod.run([sys.executable, str(script), pod.host_ip6, str(port)], uid=uid)
+            assert done.returncode == 0, done.stderr
+            return done.stdout.strip()
+
+        assert connect(AGENT_UID, 443) == "ConnectionRefusedError"
+        assert connect(AGENT_UID, 8080) == "connected"
+        assert connect(SIDECAR_UID, 443) == "connected"
+    finally:
+        for listener in listeners:
+            listener.close()

@@ -1,0 +1,55 @@
+"""``sidecar inject -f -`` as a real process: YAML on stdin, injected YAML on stdout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from tests.unit.kube.manifests import AGENT_POD, CRONJOB, FALLBACK_VERSIONS, assert_valid
+
+# Until the verb is registered in sidecar.cli, the process builds the same parser itself.
+ENTRY = (
+    "import argparse, sys\n"
+    "from sidecar.cli import inject\n"
+    "from sidecar.errors import SidecarError\n"
+    "parser = argparse.ArgumentParser(prog='sidecar')\n"
+    "inject.register(parser.add_subparsers(dest='verb', required=True))\n"
+    "args = parser.parse_args(sys.argv[1:])\n"
+    "try:\n"
+    "    sys.exit(args.run(args))\n"
+    "except SidecarError as error:\n"
+    "    print(f'sidecar: {error.detail}', file=sys.stderr)\n"
+    "    sys.exit(2)\n"
+)
+
+
+def sidecar_inject(stdin: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", ENTRY, "inject", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_manifests_on_stdin_come_out_injected_on_stdout():
+    done = sidecar_inject(AGENT_POD + "\n---\n" + CRONJOB, "-f", "-")
+    assert done.returncode == 0, done.stderr
+    pod, cronjob = yaml.safe_load_all(done.stdout)
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == [
+        "effect-sidecar-redirect",
+        "effect-sidecar",
+    ]
+    assert_valid(cronjob, FALLBACK_VERSIONS)
+
+
+def test_a_bad_annotation_exits_non_zero_naming_document_and_annotation():
+    bad = AGENT_POD.replace('effect-sidecar.io/task: "task-312"', 'effect-sidecar.io/mode: "x"')
+    done = sidecar_inject(CRONJOB + "\n---\n" + bad, "-f", "-")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("sidecar: stdin: document 1: effect-sidecar.io/mode:")

@@ -1,0 +1,160 @@
+"""The webhook over real TLS: the aiohttp server, a client that verifies its certificate,
+AdmissionReview round trips, the patch applied and the pod validated."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import jsonpatch
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from sidecar.errors import ConfigError
+from sidecar.kube.config import InjectConfig
+from sidecar.kube.webhook import start
+from tests.unit.kube.manifests import (
+    AGENT_POD,
+    FALLBACK_VERSIONS,
+    NATIVE_VERSIONS,
+    assert_valid,
+    load,
+)
+from tests.unit.kube.test_webhook import admission
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "effect-sidecar-webhook")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> tuple[Path, Path]:
+    return self_signed(tmp_path)
+
+
+@pytest.fixture
+async def webhook(tls: tuple[Path, Path]) -> AsyncIterator[str]:
+    runner, url = await start("127.0.0.1:0", *tls, InjectConfig())
+    try:
+        yield url
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def client(tls: tuple[Path, Path]) -> AsyncIterator[aiohttp.ClientSession]:
+    context = ssl.create_default_context(cafile=str(tls[0]))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        yield session
+
+
+async def test_a_pod_create_round_trips_into_a_valid_injected_pod(webhook, client):
+    pod = load(AGENT_POD)
+    async with client.post(f"{webhook}/mutate", json=admission(pod)) as answer:
+        assert answer.status == 200
+        body = await answer.json()
+    assert body["apiVersion"] == "admission.k8s.io/v1"
+    assert body["kind"] == "AdmissionReview"
+    response = body["response"]
+    assert (response["uid"], response["allowed"], response["patchType"]) == (
+        "705ab4f5-6393-11e8-b7cc-42010a800002",
+        True,
+        "JSONPatch",
+    )
+    patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    assert_valid(patched, NATIVE_VERSIONS)
+    names = [c["name"] for c in patched["spec"]["initContainers"]]
+    assert names == ["effect-sidecar-redirect", "effect-sidecar"]
+
+
+async def test_reinvoking_on_the_injected_pod_adds_nothing(webhook, client):
+    pod = load(AGENT_POD)
+    async with client.post(f"{webhook}/mutate", json=admission(pod)) as answer:
+        first = (await answer.json())["response"]
+    patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(first["patch"])))
+    async with client.post(f"{webhook}/mutate", json=admission(patched)) as answer:
+        again = (await answer.json())["response"]
+    assert again == {"uid": first["uid"], "allowed": True}
+
+
+async def test_the_fallback_shape_round_trips_too(webhook, client):
+    pod = load(AGENT_POD)
+    pod["metadata"]["annotations"]["effect-sidecar.io/native-sidecar"] = "false"
+    async with client.post(f"{webhook}/mutate", json=admission(pod)) as answer:
+        response = (await answer.json())["response"]
+    patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    assert_valid(patched, FALLBACK_VERSIONS)
+    assert patched["spec"]["containers"][0]["name"] == "effect-sidecar"
+
+
+async def test_a_bad_annotation_is_refused_with_its_name(webhook, client):
+    pod = load(AGENT_POD)
+    pod["metadata"]["annotations"]["effect-sidecar.io/include-outbound-cidrs"] = "10.0.0/8"
+    async with client.post(f"{webhook}/mutate", json=admission(pod)) as answer:
+        assert answer.status == 200
+        response = (await answer.json())["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    message = response["status"]["message"]
+    assert "effect-sidecar.io/include-outbound-cidrs: '10.0.0/8' is not a CIDR" in message
+
+
+async def test_a_body_that_is_not_a_review_is_a_400(webhook, client):
+    async with client.post(f"{webhook}/mutate", data=b"{not json") as answer:
+        assert answer.status == 400
+    async with client.post(f"{webhook}/mutate", json={"kind": "Pod"}) as answer:
+        assert answer.status == 400
+
+
+async def test_healthz_answers_over_tls(webhook, client):
+    async with client.get(f"{webhook}/healthz") as answer:
+        assert (answer.status, await answer.json()) == (200, {"status": "ok"})
+
+
+async def test_a_plain_http_client_gets_no_answer(webhook):
+    plain = webhook.replace("https://", "http://")
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientError):
+            async with session.get(f"{plain}/healthz") as answer:
+                await answer.read()
+
+
+async def test_an_unreadable_certificate_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot load TLS certificate"):
+        await start("127.0.0.1:0", tmp_path / "no.crt", tmp_path / "no.key", InjectConfig())
