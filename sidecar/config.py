@@ -56,6 +56,11 @@ class Settings(BaseModel):
     upstream_ca: Path | None = Field(
         default=None, description="Extra CA (PEM) trusted for upstream TLS, e.g. a test server."
     )
+    ca_from: Path | None = Field(
+        default=None,
+        description="Directory with the CA to use (tls.crt or ca.crt, and tls.key: a "
+        "Kubernetes TLS Secret); default: a CA created in DATA_DIR/ca.",
+    )
     task: str | None = Field(default=None, description="Task this sidecar works on itself.")
     worker: str = Field(default_factory=socket.gethostname)
     lease_ttl_s: float = Field(default=60.0, gt=0, le=86_400)

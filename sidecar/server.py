@@ -102,7 +102,10 @@ async def start(settings: Settings) -> Running:
     try:
         bindings = Bindings(store, clock, margin_s=settings.self_fence_margin_s)
         store.observer = CompositeObserver(MetricsObserver(metrics), bindings)
-        authority = ensure_authority(settings.data_dir.expanduser())
+        authority = ensure_authority(
+            settings.data_dir.expanduser(),
+            settings.ca_from.expanduser() if settings.ca_from else None,
+        )
         upstream = Upstream(routes, extra_ca=settings.upstream_ca)
         await upstream.start()
         stops.append(upstream.close)

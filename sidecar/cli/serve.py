@@ -59,6 +59,13 @@ def register(verbs: Any) -> None:
         "--upstream-ca", type=Path, metavar="FILE", help="extra CA trusted for upstream TLS"
     )
     parser.add_argument(
+        "--ca-from",
+        type=Path,
+        metavar="DIR",
+        help="use the CA in DIR (tls.crt, or ca.crt, and tls.key: a Kubernetes TLS Secret "
+        "mount, only read) instead of creating one in DATA_DIR/ca",
+    )
+    parser.add_argument(
         "--pg-listen",
         metavar="HOST:PORT",
         help=f"PostgreSQL relay address (default {DEFAULT_PG_LISTEN}; with --pg-upstream)",
@@ -93,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         rules=args.rules,
         route=args.route,
         upstream_ca=args.upstream_ca,
+        ca_from=args.ca_from,
         task=args.task,
         worker=args.worker,
         lease_ttl_s=args.lease_ttl_s,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sidecar.errors import ConfigError
 
@@ -67,26 +67,20 @@ class InjectConfig(BaseModel):
         description="ConfigMap of rule files mounted and passed with --rules (replacing "
         "the shipped packs); a pod's effect-sidecar.io/rules-configmap annotation wins",
     )
-    ca_secret: SecretKey | None = Field(
-        default=None, description="not supported yet: see the validator's message"
+    ca_secret: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="name of a TLS Secret (tls.crt, tls.key) in the pod's namespace holding "
+        "the interception CA: mounted read-only into the sidecar alone and passed as "
+        "--ca-from, so all pods of the namespace share one CA; null: each sidecar creates "
+        "its own",
     )
     namespace: str = Field(
         default="effect-sidecar", description="where the webhook runs; never injected"
     )
     skip_namespaces: tuple[str, ...] = SYSTEM_NAMESPACES
-
-    @field_validator("ca_secret")
-    @classmethod
-    def _ca_secret(cls, value: SecretKey | None) -> SecretKey | None:
-        if value is not None:
-            # sidecar serve creates its CA in DATA_DIR/ca and chmods that directory; a
-            # read-only Secret mount there would make it fail at start-up.
-            raise ValueError(
-                "a shared CA from a Secret is not supported yet: `sidecar serve` always "
-                "creates (or reuses) its CA in DATA_DIR/ca and must be able to chmod and "
-                "write there"
-            )
-        return value
 
     def skips(self, namespace: str) -> bool:
         return namespace in self.skip_namespaces or namespace == self.namespace

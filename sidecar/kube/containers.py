@@ -16,9 +16,11 @@ REDIRECT = "effect-sidecar-redirect"
 DATA_VOLUME = "effect-sidecar-data"
 TOKEN_VOLUME = "effect-sidecar-control-token"  # noqa: S105 - a volume name
 RULES_VOLUME = "effect-sidecar-rules"
+CA_VOLUME = "effect-sidecar-ca"
 DATA_DIR = "/var/run/effect-sidecar"
 TOKEN_DIR = "/etc/effect-sidecar/control"  # noqa: S105 - a mount path
 RULES_DIR = "/etc/effect-sidecar/rules"
+CA_DIR = "/etc/effect-sidecar/ca"
 BUNDLE = f"{DATA_DIR}/ca-bundle.pem"
 CONTROL_PORT = 7300
 PROXY_PORT = 7301
@@ -106,6 +108,8 @@ def sidecar_container(
         command += ["--pg-upstream", request.pg_upstream]
     if request.rules_configmap:
         command += ["--rules", RULES_DIR]
+    if config.ca_secret:
+        command += ["--ca-from", CA_DIR]
     env: list[dict[str, Any]] = [
         {"name": "SIDECAR_TASK", **_field(task_field)},
         {"name": "SIDECAR_WORKER", **_field("metadata.name")},
@@ -142,6 +146,8 @@ def sidecar_container(
     ]
     if request.rules_configmap:
         mounts.append({"name": RULES_VOLUME, "mountPath": RULES_DIR, "readOnly": True})
+    if config.ca_secret:
+        mounts.append({"name": CA_VOLUME, "mountPath": CA_DIR, "readOnly": True})
 
     def probe(path: str, **extra: int) -> dict[str, Any]:
         return {"httpGet": {"path": path, "port": CONTROL_PORT}, "periodSeconds": 1, **extra}
@@ -221,4 +227,25 @@ def pod_volumes(request: notes.Request, config: InjectConfig) -> list[dict[str, 
     ]
     if request.rules_configmap:
         volumes.append({"name": RULES_VOLUME, "configMap": {"name": request.rules_configmap}})
+    if config.ca_secret:
+        volumes.append(
+            {
+                "name": CA_VOLUME,
+                "secret": {
+                    "secretName": config.ca_secret,
+                    "items": [
+                        {"key": "tls.crt", "path": "tls.crt"},
+                        {"key": "tls.key", "path": "tls.key"},
+                    ],
+                    # Secret files are owned by root: 0400 would keep UID 1337 out (without
+                    # an fsGroup). Only the sidecar container mounts this volume.
+                    "defaultMode": 0o444,
+                },
+            }
+        )
     return volumes
+
+
+def volume_names(request: notes.Request, config: InjectConfig) -> list[str]:
+    """The names of :func:`pod_volumes`, in order (the status annotation lists them)."""
+    return [volume["name"] for volume in pod_volumes(request, config)]

@@ -54,6 +54,11 @@ What an injected pod gets:
   variable the container already sets is **kept** (the operator's explicit value wins; the
   status annotation lists what was kept). The CA key sits in that volume's ``ca/``
   directory, mode 0700 and owned by UID 1337: app containers running as root could read it.
+* a shared CA (``ca_secret``: a TLS Secret's name): the Secret mounted read-only at
+  ``/etc/effect-sidecar/ca`` (``tls.crt``, ``tls.key``) in the sidecar container alone,
+  and ``--ca-from`` that directory; ``sidecar serve`` copies the CA into the data volume's
+  ``ca/``, so every pod of the namespace intercepts with the same CA. Without it each
+  sidecar creates its own.
 * the task: ``SIDECAR_TASK`` from the downward API, ``metadata.annotations
   ['effect-sidecar.io/task']`` when the pod template has that annotation, else
   ``metadata.labels['job-name']`` for a Job's or CronJob's pods (one task per Job run; a
@@ -80,15 +85,14 @@ from sidecar.kube.containers import (
     DATA_DIR,
     DATA_VOLUME,
     REDIRECT,
-    RULES_VOLUME,
     SIDECAR,
-    TOKEN_VOLUME,
     WAIT_READY,
     add_env,
     app_env,
     pod_volumes,
     redirect_container,
     sidecar_container,
+    volume_names,
 )
 
 _TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
@@ -201,7 +205,7 @@ def _inject_spec(
     *,
     job: bool,
 ) -> dict[str, Any]:
-    volumes = [DATA_VOLUME, TOKEN_VOLUME] + ([RULES_VOLUME] if request.rules_configmap else [])
+    volumes = volume_names(request, config)
     transparent = request.mode == "transparent"
     _check_free(spec, volumes, config.run_as_user if transparent else None)
     task_field = _task_source(metadata, request.task_annotated, job)

@@ -2,7 +2,8 @@
 
 :func:`review` is the whole decision (an AdmissionReview in, the answering one out);
 :func:`make_app` serves it, with ``GET /healthz``, and :func:`serve` runs it over TLS
-(the API server only calls webhooks over HTTPS). A Pod CREATE that opts in gets
+(the API server only calls webhooks over HTTPS), reloading its certificate when the
+files change (:class:`CertReloader`). A Pod CREATE that opts in gets
 ``allowed: true`` with a base64 JSON Patch from the pod as submitted to the injected
 one; everything else (other kinds or operations, pods not opting in, already injected,
 skipped) is allowed without a patch; an annotation that cannot be honoured is refused
@@ -14,10 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
+import os
 import signal
 import ssl
+import tempfile
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +107,13 @@ def make_app(config: InjectConfig) -> web.Application:
     return app
 
 
+DEFAULT_RELOAD_S = 10.0
+
+# what identifies one version of a file: the path its symlinks resolve to, then
+# (mtime_ns, size, inode, device) of that file
+Stamp = tuple[tuple[str, int, int, int, int], ...]
+
+
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -112,13 +124,129 @@ def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
     return context
 
 
+def stamp(*paths: Path) -> Stamp:
+    """The version of each file, following symlinks (kubelet swaps ``..data``)."""
+    parts = []
+    for path in paths:
+        resolved = path.resolve()
+        info = resolved.stat()
+        parts.append((str(resolved), info.st_mtime_ns, info.st_size, info.st_ino, info.st_dev))
+    return tuple(parts)
+
+
+class CertReloader:
+    """Reloads ``context``'s certificate when the cert or key file changes.
+
+    :meth:`check` stats the resolved files; when they differ from those last loaded it
+    reads both once, checks they load as a matching pair into a scratch context, and only
+    then calls ``load_cert_chain`` on the live ``context`` with those same bytes: new
+    handshakes use the new certificate, established connections keep theirs. A pair that
+    is missing, half-written or mismatched is logged as a warning and the old certificate
+    kept; the next check tries again. (Loading an unchecked pair into the live context
+    could leave it with the new certificate and no key.)
+    """
+
+    def __init__(
+        self, context: ssl.SSLContext, cert: Path, key: Path, loaded: Stamp | None = None
+    ) -> None:
+        """``loaded``: the :func:`stamp` of the files ``context`` holds now, if known."""
+        self.context = context
+        self.cert = cert
+        self.key = key
+        self.loaded = loaded
+        self.reloads = 0  # certificates taken since the start
+        self.rejected = 0  # checks that found changed files but could not take them
+        self._warned: Stamp | str | None = None
+
+    def check(self) -> bool:
+        """Reload if the files changed and load as a pair; True when it reloaded."""
+        try:
+            current = stamp(self.cert, self.key)
+        except OSError as exc:
+            self._reject(f"cannot stat: {exc}", str(exc))
+            return False
+        if current == self.loaded:
+            return False
+        try:
+            cert_pem, key_pem = self.cert.read_bytes(), self.key.read_bytes()
+            with tempfile.TemporaryDirectory(prefix="sidecar-tls-") as directory:
+                cert_copy, key_copy = Path(directory, "tls.crt"), Path(directory, "tls.key")
+                cert_copy.write_bytes(cert_pem)
+                key_fd = os.open(key_copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(key_fd, "wb") as key_file:
+                    key_file.write(key_pem)
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_copy, key_copy)
+                self.context.load_cert_chain(cert_copy, key_copy)
+        except (OSError, ssl.SSLError) as exc:
+            self._reject(str(exc), current)
+            return False
+        self.loaded = current
+        self.reloads += 1
+        self._warned = None
+        log.info("TLS certificate reloaded", extra={"cert": str(self.cert), "key": str(self.key)})
+        return True
+
+    def _reject(self, reason: str, seen: Stamp | str) -> None:
+        self.rejected += 1
+        # once per version of the files, not every tick while they stay broken
+        level = logging.DEBUG if seen == self._warned else logging.WARNING
+        self._warned = seen
+        log.log(
+            level,
+            "TLS certificate not reloaded, keeping the old one",
+            extra={"cert": str(self.cert), "key": str(self.key), "error": reason},
+        )
+
+    async def run(self, interval: float) -> None:
+        """:meth:`check` every ``interval`` seconds, until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.check()
+            except Exception:  # a bug here must not stop the webhook serving
+                log.exception("TLS certificate check failed")
+
+    def watching(self, interval: float) -> Callable[[web.Application], AsyncIterator[None]]:
+        """An aiohttp cleanup context running :meth:`run` for the app's lifetime."""
+
+        async def context(app: web.Application) -> AsyncIterator[None]:
+            task = asyncio.create_task(self.run(interval), name="sidecar-tls-reload")
+            yield
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        return context
+
+
+RELOADER: web.AppKey[CertReloader] = web.AppKey("cert_reloader", CertReloader)
+
+
 async def start(
-    listen: str, cert: Path, key: Path, config: InjectConfig
+    listen: str,
+    cert: Path,
+    key: Path,
+    config: InjectConfig,
+    reload_s: float = DEFAULT_RELOAD_S,
 ) -> tuple[web.AppRunner, str]:
-    """Listening over TLS; returns the runner (to clean up) and ``https://HOST:PORT``."""
+    """Listening over TLS; returns the runner (to clean up) and ``https://HOST:PORT``.
+
+    The certificate files are checked every ``reload_s`` seconds (the app's
+    :data:`RELOADER`) and a renewed pair is served to new connections.
+    """
+    if not reload_s > 0:  # also refuses nan
+        raise ConfigError(f"the certificate reload interval must be positive, not {reload_s}")
     host, port = parse_listen(listen)
+    try:  # before loading: a change in between is then seen by the first check
+        loaded: Stamp | None = stamp(cert, key)
+    except OSError:
+        loaded = None
     context = tls_context(cert, key)
-    runner = web.AppRunner(make_app(config), access_log=None)
+    app = make_app(config)
+    reloader = CertReloader(context, cert, key, loaded)
+    app[RELOADER] = reloader
+    app.cleanup_ctx.append(reloader.watching(reload_s))
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=context).start()
@@ -130,9 +258,15 @@ async def start(
     return runner, f"https://{shown}:{bound_port}"
 
 
-async def serve(listen: str, cert: Path, key: Path, config: InjectConfig) -> None:
+async def serve(
+    listen: str,
+    cert: Path,
+    key: Path,
+    config: InjectConfig,
+    reload_s: float = DEFAULT_RELOAD_S,
+) -> None:
     """Run until SIGTERM/SIGINT; prints ``effect-sidecar webhook ready https://...``."""
-    runner, url = await start(listen, cert, key, config)
+    runner, url = await start(listen, cert, key, config, reload_s)
     print(f"effect-sidecar webhook ready {url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -50,7 +50,8 @@ def test_an_empty_file_means_the_defaults(tmp_path):
         ("run_as_user: 0\n", "run_as_user"),
         ("- a\n", "expected a mapping"),
         ("a: [\n", "not valid YAML"),
-        ("ca_secret: {name: ca, key: tls.key}\n", "a shared CA from a Secret is not supported"),
+        ("ca_secret: {name: ca, key: tls.key}\n", "ca_secret: Input should be a valid string"),
+        ("ca_secret: Team_CA\n", "ca_secret: String should match pattern"),
     ],
 )
 def test_a_bad_file_is_a_config_error_naming_the_file_and_field(tmp_path, text, message):

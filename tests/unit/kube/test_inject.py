@@ -433,3 +433,57 @@ def test_the_apps_get_every_variable_sidecar_exec_sets_for_the_bundle():
     from sidecar.proxy import ca  # noqa: PLC0415 - mitmproxy; only this test needs it
 
     assert TRUST_VARIABLES == ca.TRUST_VARIABLES
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_a_ca_secret_is_mounted_read_only_in_the_sidecar_alone_and_passed_as_ca_from(name):
+    config = InjectConfig(ca_secret="team-ca")
+    manifest = injected(ALL[name], config=config)
+    assert_valid(
+        manifest, NATIVE_VERSIONS if status(manifest)["nativeSidecar"] else FALLBACK_VERSIONS
+    )
+    pod = pod_template(manifest)
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["effect-sidecar-ca"] == {
+        "name": "effect-sidecar-ca",
+        "secret": {
+            "secretName": "team-ca",
+            "items": [
+                {"key": "tls.crt", "path": "tls.crt"},
+                {"key": "tls.key", "path": "tls.key"},
+            ],
+            "defaultMode": 0o444,
+        },
+    }
+    sidecar = named(pod, "effect-sidecar")
+    command = sidecar["command"]
+    assert command[command.index("--ca-from") + 1] == "/etc/effect-sidecar/ca"
+    assert {
+        "name": "effect-sidecar-ca",
+        "mountPath": "/etc/effect-sidecar/ca",
+        "readOnly": True,
+    } in sidecar["volumeMounts"]
+    spec = pod["spec"]
+    others = [
+        c
+        for c in [*(spec.get("initContainers") or []), *spec["containers"]]
+        if c["name"] != "effect-sidecar"
+    ]
+    assert others
+    for container in others:
+        assert all(m["name"] != "effect-sidecar-ca" for m in container.get("volumeMounts") or [])
+    assert "effect-sidecar-ca" in status(manifest)["volumes"]
+
+
+def test_without_a_ca_secret_the_sidecar_makes_its_own_ca():
+    pod = pod_template(injected(AGENT_POD))
+    assert "--ca-from" not in named(pod, "effect-sidecar")["command"]
+    assert all(v["name"] != "effect-sidecar-ca" for v in pod["spec"]["volumes"])
+
+
+def test_a_pod_volume_named_like_the_ca_volume_is_an_error_with_a_ca_secret():
+    manifest = load(AGENT_POD)
+    manifest["spec"].setdefault("volumes", []).append({"name": "effect-sidecar-ca", "emptyDir": {}})
+    assert inject(copy.deepcopy(manifest), "agents", CONFIG).injected
+    with pytest.raises(InvalidInjection, match="effect-sidecar-ca"):
+        inject(manifest, "agents", InjectConfig(ca_secret="team-ca"))

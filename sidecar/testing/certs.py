@@ -1,0 +1,84 @@
+"""Test CAs made with ``cryptography``, written in the Kubernetes TLS Secret layout.
+
+cert, key = write_ca(tmp_path / "ca")          # tmp_path/ca/tls.crt, tls.key
+sidecar serve --ca-from tmp_path/ca ...
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+
+type Key = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+
+def make_ca(
+    name: str = "effect-sidecar test CA",
+    *,
+    ca: bool = True,
+    key: Key | None = None,
+    key_id: bool = True,
+) -> tuple[x509.Certificate, Key]:
+    """A self-signed certificate valid for a day; ``ca=False`` makes a leaf instead,
+    ``key_id=False`` leaves out the Subject Key Identifier."""
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if key_id:
+        builder = builder.add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+        )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    return builder.sign(key, hashes.SHA256()), key
+
+
+def write_ca(
+    directory: Path,
+    cert: x509.Certificate | None = None,
+    key: Key | None = None,
+    *,
+    cert_name: str = "tls.crt",
+) -> tuple[Path, Path]:
+    """Write ``cert`` and ``key`` (a new CA if not given) as ``tls.crt``/``tls.key``."""
+    if cert is None or key is None:
+        cert, key = make_ca()
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / cert_name, directory / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
