@@ -35,13 +35,13 @@ from psycopg import sql
 
 from sidecar.clock import Clock, SystemClock
 from sidecar.domain.ids import new_attempt_id
-from sidecar.domain.model import Attempt, Checkpoint, Effect, EffectEvent, FenceRefusal, TaskView
 from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
 from sidecar.store import rows, sqlfiles
-from sidecar.store.base import Store, StoreInfo
+from sidecar.store.base import StoreInfo
 from sidecar.store.batch import Batch, Probe, Work, changes, wanted
 from sidecar.store.commands import Command, Context
 from sidecar.store.group_commit import GroupCommit
+from sidecar.store.sql_reads import SQLReads
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(Store):
+class PostgresStore(SQLReads):
     def __init__(
         self,
         url: str,
@@ -258,55 +258,13 @@ class PostgresStore(Store):
             cursor = await db.execute(Q[name], tuple(params))
             return await cursor.fetchall()
 
-    async def task_view(self, task: str) -> TaskView | None:
-        found = await self._fetch("load_tasks", ([task],))
-        if not found:
-            return None
-        last = await self._fetch("load_last_checkpoints", ([task],))
-        attempts = await self._fetch("task_attempts", (task,))
-        counts = await self._fetch("task_effect_counts", (task,))
-        return TaskView(
-            state=rows.task_state(found[0]),
-            attempts=tuple(rows.attempt(r) for r in attempts),
-            last_checkpoint=rows.checkpoint(last[0]) if last else None,
-            effect_counts={state: n for _, state, n in counts},
-        )
+    @staticmethod
+    def _tasks_param(tasks: Sequence[str]) -> tuple[Any, ...]:
+        return (list(tasks),)
 
-    async def list_tasks(self) -> list[TaskView]:
-        states = await self._fetch("all_tasks")
-        last = {r[0]: rows.checkpoint(r) for r in await self._fetch("all_last_checkpoints")}
-        counts: dict[str, dict[str, int]] = {}
-        for task, state, n in await self._fetch("all_effect_counts"):
-            counts.setdefault(task, {})[state] = n
-        return [
-            TaskView(
-                state=(s := rows.task_state(r)),
-                attempts=(),
-                last_checkpoint=last.get(s.task),
-                effect_counts=counts.get(s.task, {}),
-            )
-            for r in states
-        ]
-
-    async def attempt(self, attempt_id: str) -> Attempt | None:
-        found = await self._fetch("attempt", (attempt_id,))
-        return rows.attempt(found[0]) if found else None
-
-    async def checkpoints(self, task: str) -> list[Checkpoint]:
-        return [rows.checkpoint(r) for r in await self._fetch("task_checkpoints", (task,))]
-
-    async def effects(self, task: str) -> list[Effect]:
-        return [rows.effect(r) for r in await self._fetch("task_effects", (task,))]
-
-    async def effect(self, task: str, key: str) -> Effect | None:
-        found = await self._fetch("load_effects", ([task], [key]))
-        return rows.effect(found[0]) if found else None
-
-    async def effect_events(self, task: str) -> list[EffectEvent]:
-        return [rows.event(r) for r in await self._fetch("task_effect_events", (task,))]
-
-    async def refusals(self, task: str) -> list[FenceRefusal]:
-        return [rows.refusal(r) for r in await self._fetch("task_refusals", (task,))]
+    @staticmethod
+    def _effect_keys_param(keys: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
+        return ([t for t, _ in keys], [k for _, k in keys])
 
 
 async def _commit_batch(

@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,20 +27,13 @@ import aiosqlite
 
 from sidecar.clock import Clock, SystemClock
 from sidecar.domain.ids import new_attempt_id
-from sidecar.domain.model import (
-    Attempt,
-    Checkpoint,
-    Effect,
-    EffectEvent,
-    FenceRefusal,
-    TaskView,
-)
 from sidecar.errors import ConfigError, StoreUnavailable
-from sidecar.store import rows, sqlfiles
-from sidecar.store.base import Store, StoreInfo
+from sidecar.store import sqlfiles
+from sidecar.store.base import StoreInfo
 from sidecar.store.batch import Probe, Work
 from sidecar.store.commands import Command, Context
 from sidecar.store.group_commit import GroupCommit
+from sidecar.store.sql_reads import SQLReads
 from sidecar.store.sqlite_writer import Writer
 
 log = logging.getLogger(__name__)
@@ -79,7 +72,7 @@ def path_from_url(url: str) -> Path:
     return Path(rest)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLReads):
     def __init__(
         self,
         url: str,
@@ -204,52 +197,10 @@ class SQLiteStore(Store):
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"SQLite store {self.path} cannot be read: {exc}") from exc
 
-    async def task_view(self, task: str) -> TaskView | None:
-        found = await self._fetch("load_tasks", (json.dumps([task]),))
-        if not found:
-            return None
-        last = await self._fetch("load_last_checkpoints", (json.dumps([task]),))
-        attempts = await self._fetch("task_attempts", (task,))
-        counts = await self._fetch("task_effect_counts", (task,))
-        return TaskView(
-            state=rows.task_state(found[0]),
-            attempts=tuple(rows.attempt(r) for r in attempts),
-            last_checkpoint=rows.checkpoint(last[0]) if last else None,
-            effect_counts={state: n for _, state, n in counts},
-        )
+    @staticmethod
+    def _tasks_param(tasks: Sequence[str]) -> tuple[Any, ...]:
+        return (json.dumps(list(tasks)),)
 
-    async def list_tasks(self) -> list[TaskView]:
-        states = await self._fetch("all_tasks")
-        last = {r[0]: rows.checkpoint(r) for r in await self._fetch("all_last_checkpoints")}
-        counts: dict[str, dict[str, int]] = {}
-        for task, state, n in await self._fetch("all_effect_counts"):
-            counts.setdefault(task, {})[state] = n
-        return [
-            TaskView(
-                state=(s := rows.task_state(r)),
-                attempts=(),
-                last_checkpoint=last.get(s.task),
-                effect_counts=counts.get(s.task, {}),
-            )
-            for r in states
-        ]
-
-    async def attempt(self, attempt_id: str) -> Attempt | None:
-        found = await self._fetch("attempt", (attempt_id,))
-        return rows.attempt(found[0]) if found else None
-
-    async def checkpoints(self, task: str) -> list[Checkpoint]:
-        return [rows.checkpoint(r) for r in await self._fetch("task_checkpoints", (task,))]
-
-    async def effects(self, task: str) -> list[Effect]:
-        return [rows.effect(r) for r in await self._fetch("task_effects", (task,))]
-
-    async def effect(self, task: str, key: str) -> Effect | None:
-        found = await self._fetch("load_effects", (json.dumps([[task, key]]),))
-        return rows.effect(found[0]) if found else None
-
-    async def effect_events(self, task: str) -> list[EffectEvent]:
-        return [rows.event(r) for r in await self._fetch("task_effect_events", (task,))]
-
-    async def refusals(self, task: str) -> list[FenceRefusal]:
-        return [rows.refusal(r) for r in await self._fetch("task_refusals", (task,))]
+    @staticmethod
+    def _effect_keys_param(keys: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
+        return (json.dumps([list(k) for k in keys]),)

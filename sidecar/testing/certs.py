@@ -7,6 +7,7 @@ sidecar serve --ca-from tmp_path/ca ...
 from __future__ import annotations
 
 import datetime
+import ipaddress
 from pathlib import Path
 
 from cryptography import x509
@@ -23,9 +24,10 @@ def make_ca(
     ca: bool = True,
     key: Key | None = None,
     key_id: bool = True,
+    ip: str | None = None,
 ) -> tuple[x509.Certificate, Key]:
     """A self-signed certificate valid for a day; ``ca=False`` makes a leaf instead,
-    ``key_id=False`` leaves out the Subject Key Identifier."""
+    ``key_id=False`` leaves out the Subject Key Identifier, ``ip`` adds it as a SAN."""
     key = key or ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.UTC)
@@ -39,6 +41,11 @@ def make_ca(
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
+    if ip is not None:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]),
+            critical=False,
+        )
     if key_id:
         builder = builder.add_extension(
             x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
@@ -82,3 +89,47 @@ def write_ca(
         )
     )
     return cert_path, key_path
+
+
+def issue(
+    ca_cert: x509.Certificate,
+    ca_key: Key,
+    name: str = "effect-sidecar-webhook",
+    *,
+    ip: str = "127.0.0.1",
+) -> tuple[x509.Certificate, Key]:
+    """A serving certificate for ``ip``, valid for a day, signed by the given CA."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def key_pem(key: Key) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )

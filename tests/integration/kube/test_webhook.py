@@ -4,8 +4,6 @@ AdmissionReview round trips, the patch applied and the pod validated."""
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -14,14 +12,11 @@ from pathlib import Path
 import aiohttp
 import jsonpatch
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from sidecar.errors import ConfigError
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.webhook import start
+from sidecar.testing import certs
 from tests.unit.kube.manifests import (
     AGENT_POD,
     FALLBACK_VERSIONS,
@@ -33,34 +28,8 @@ from tests.unit.kube.test_webhook import admission
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "effect-sidecar-webhook")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
+    """A self-signed certificate for 127.0.0.1 that the test client trusts as its own CA."""
+    return certs.write_ca(directory, *certs.make_ca("effect-sidecar-webhook", ip="127.0.0.1"))
 
 
 @pytest.fixture

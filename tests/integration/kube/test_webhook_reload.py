@@ -5,8 +5,6 @@ connection's certificate read off the handshake."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import logging
 import os
 import ssl
@@ -16,13 +14,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from sidecar.errors import ConfigError
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.webhook import RELOADER, CertReloader, stamp, start
+from sidecar.testing import certs
 
 RELOAD_S = 0.05
 PATIENCE_S = 10.0
@@ -34,72 +30,14 @@ class TestCA:
     __test__ = False
 
     def __init__(self, directory: Path) -> None:
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        self.name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "webhook test CA")])
-        now = datetime.datetime.now(datetime.UTC)
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(self.name)
-            .issuer_name(self.name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False
-            )
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=False,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self.key, hashes.SHA256())
-        )
+        self.cert, self.key = certs.make_ca("webhook test CA")
         self.path = directory / "ca.crt"
-        self.path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
+        self.path.write_bytes(certs.cert_pem(self.cert))
 
     def issue(self) -> tuple[bytes, bytes, int]:
         """A leaf for 127.0.0.1: (cert PEM, key PEM, serial)."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        serial = x509.random_serial_number()
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(
-                x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "effect-sidecar-webhook")])
-            )
-            .issuer_name(self.name)
-            .public_key(key.public_key())
-            .serial_number(serial)
-            .not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
-                critical=False,
-            )
-            .sign(self.key, hashes.SHA256())
-        )
-        key_pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        return cert.public_bytes(serialization.Encoding.PEM), key_pem, serial
+        cert, key = certs.issue(self.cert, self.key)
+        return certs.cert_pem(cert), certs.key_pem(key), cert.serial_number
 
 
 @pytest.fixture

@@ -1,0 +1,85 @@
+"""The read queries of the SQL stores, written once.
+
+Both SQL stores name their statements alike (``queries.sql`` per dialect) and return rows
+in the same column order, so every read is built here from :meth:`SQLReads._fetch`; a
+store says only how it runs a named statement and how it passes a list of tasks or of
+``(task, key)`` pairs (SQLite: one JSON array for ``json_each``; PostgreSQL: arrays).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sidecar.domain.model import Attempt, Checkpoint, Effect, EffectEvent, FenceRefusal, TaskView
+from sidecar.store import rows
+from sidecar.store.base import Store
+
+
+class SQLReads(Store):
+    """Reads of a store whose named statements follow ``sql/<dialect>/queries.sql``."""
+
+    @abstractmethod
+    async def _fetch(self, name: str, params: Iterable[Any] = ()) -> list[Any]:
+        """The rows of named statement ``name``; StoreUnavailable if it cannot be read."""
+
+    @staticmethod
+    @abstractmethod
+    def _tasks_param(tasks: Sequence[str]) -> tuple[Any, ...]:
+        """The parameters that pass a list of task names to ``load_tasks`` and the like."""
+
+    @staticmethod
+    @abstractmethod
+    def _effect_keys_param(keys: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
+        """The parameters that pass ``(task, key)`` pairs to ``load_effects``."""
+
+    async def task_view(self, task: str) -> TaskView | None:
+        found = await self._fetch("load_tasks", self._tasks_param([task]))
+        if not found:
+            return None
+        last = await self._fetch("load_last_checkpoints", self._tasks_param([task]))
+        attempts = await self._fetch("task_attempts", (task,))
+        counts = await self._fetch("task_effect_counts", (task,))
+        return TaskView(
+            state=rows.task_state(found[0]),
+            attempts=tuple(rows.attempt(r) for r in attempts),
+            last_checkpoint=rows.checkpoint(last[0]) if last else None,
+            effect_counts={state: n for _, state, n in counts},
+        )
+
+    async def list_tasks(self) -> list[TaskView]:
+        states = await self._fetch("all_tasks")
+        last = {r[0]: rows.checkpoint(r) for r in await self._fetch("all_last_checkpoints")}
+        counts: dict[str, dict[str, int]] = {}
+        for task, state, n in await self._fetch("all_effect_counts"):
+            counts.setdefault(task, {})[state] = n
+        return [
+            TaskView(
+                state=(s := rows.task_state(r)),
+                attempts=(),
+                last_checkpoint=last.get(s.task),
+                effect_counts=counts.get(s.task, {}),
+            )
+            for r in states
+        ]
+
+    async def attempt(self, attempt_id: str) -> Attempt | None:
+        found = await self._fetch("attempt", (attempt_id,))
+        return rows.attempt(found[0]) if found else None
+
+    async def checkpoints(self, task: str) -> list[Checkpoint]:
+        return [rows.checkpoint(r) for r in await self._fetch("task_checkpoints", (task,))]
+
+    async def effects(self, task: str) -> list[Effect]:
+        return [rows.effect(r) for r in await self._fetch("task_effects", (task,))]
+
+    async def effect(self, task: str, key: str) -> Effect | None:
+        found = await self._fetch("load_effects", self._effect_keys_param([(task, key)]))
+        return rows.effect(found[0]) if found else None
+
+    async def effect_events(self, task: str) -> list[EffectEvent]:
+        return [rows.event(r) for r in await self._fetch("task_effect_events", (task,))]
+
+    async def refusals(self, task: str) -> list[FenceRefusal]:
+        return [rows.refusal(r) for r in await self._fetch("task_refusals", (task,))]
