@@ -61,6 +61,12 @@ class Settings(BaseModel):
         description="Directory with the CA to use (tls.crt or ca.crt, and tls.key: a "
         "Kubernetes TLS Secret); default: a CA created in DATA_DIR/ca.",
     )
+    ca_bundle: Path | None = Field(
+        default=None,
+        description="Where to write the trust bundle (system roots + the CA) agents are "
+        "given; default DATA_DIR/ca-bundle.pem. Kubernetes pods put it on a volume of its "
+        "own so that app containers never mount DATA_DIR (the CA key is there).",
+    )
     task: str | None = Field(default=None, description="Task this sidecar works on itself.")
     worker: str = Field(default_factory=socket.gethostname)
     lease_ttl_s: float = Field(default=60.0, gt=0, le=86_400)

@@ -22,6 +22,7 @@ translated into :class:`StoreUnavailable` at the store boundary and nowhere else
     │   └── InvalidTransition  an effect state change the state machine forbids
     ├── Unavailable            try again later (503)
     │   ├── StoreUnavailable   the store cannot durably record right now (fail closed)
+    │   ├── NotReady           the sidecar is still starting (proxy, relay or lease not there yet)
     │   ├── LeaseExpiring      this sidecar's lease is about to expire un-renewed (self-fencing)
     │   ├── EffectSettling     an older attempt may still land the effect; wait before probing
     │   └── ProbeFailed        the evidence check could not be made
@@ -266,6 +267,23 @@ class StoreUnavailable(Unavailable):
 
     code = "store_unavailable"
     title = "Store unavailable"
+
+
+class NotReady(Unavailable):
+    """Part of the sidecar is not in place yet (or was lost): agents must wait."""
+
+    code = "not_ready"
+    title = "Not ready"
+
+    def __init__(self, pending: dict[str, str]) -> None:
+        super().__init__(
+            "waiting for " + "; ".join(f"{name}: {why}" for name, why in pending.items()),
+            retry_after_s=1.0,
+        )
+        self.pending = pending
+
+    def extensions(self) -> dict[str, Any]:
+        return super().extensions() | {"pending": self.pending}
 
 
 class LeaseExpiring(Unavailable):

@@ -5,7 +5,11 @@ Start-up order is the safety argument: the rules are loaded and the store is ope
 before the proxy accepts a connection, and the proxy's gate opens only once all of it is
 in place - so no request is ever handled that could not be recorded.  The chosen
 addresses are printed on one line, ``effect-sidecar ready control=... proxy=... ca=...
-store=...``, so that scripts and tests can use ``:0`` ports.
+store=...``, so that scripts and tests can use ``:0`` ports.  The control API comes up
+before the rest so that probes get an answer: ``/readyz`` says ``not_ready`` (and what it
+waits for, :mod:`sidecar.readiness`) until the gate is open, the PostgreSQL relay
+listens and the ``--task`` lease is held.  The process stops on SIGTERM, SIGINT or
+``POST /v1/shutdown``.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from sidecar.config import Settings, parse_listen
 from sidecar.control.app import make_app
 from sidecar.control.auth import is_loopback
 from sidecar.control.keys import ProxyInfo
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, SidecarError
 from sidecar.leasekeeper import LeaseKeeper, StoreLeases
 from sidecar.metrics import Metrics
 from sidecar.pgwire.codec import BackendReader, FrontendReader
 from sidecar.pgwire.exactly_once import PgEffects
+from sidecar.pgwire.mirror import Mirrors
 from sidecar.pgwire.relay import BindRequest, Relay
 from sidecar.pgwire.relay import Upstream as PgUpstream
 from sidecar.pgwire.session import run_session
@@ -40,6 +45,7 @@ from sidecar.proxy.embed import EmbeddedProxy, interception_hosts
 from sidecar.proxy.guard import EffectGuard
 from sidecar.proxy.routes import Routes
 from sidecar.proxy.upstream import Upstream
+from sidecar.readiness import Readiness
 from sidecar.rulepacks import default_rule_paths
 from sidecar.rules import RuleSet, load_rules
 from sidecar.store import Store, create_store
@@ -62,6 +68,9 @@ class Running:
     rules: RuleSet
     _stops: list[Stop] = field(default_factory=list)
     pg_url: str = ""
+    #: Set by ``POST /v1/shutdown``; :func:`serve` stops when it is.
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    readiness: Readiness = field(default_factory=Readiness)
 
     def ready_line(self, store_url: str) -> str:
         pg = f" pg={self.pg_url}" if self.pg_url else ""
@@ -83,8 +92,28 @@ def _url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def _conditions(settings: Settings) -> Readiness:
+    """What /readyz waits for, beyond the store: each part this configuration starts."""
+    readiness = Readiness()
+    readiness.require("proxy", "the proxy is starting")
+    if settings.pg_upstream:
+        readiness.require("pg_relay", "the PostgreSQL relay is starting")
+    if settings.task:
+        readiness.require("lease", f"the lease of task {settings.task} is not held yet")
+    return readiness
+
+
+async def _listen(runner: web.AppRunner, listen: str) -> str:
+    """Serve the control app on ``listen``; its URL (with the port chosen for ``:0``)."""
+    try:
+        await web.TCPSite(runner, *parse_listen(listen)).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {listen}: {exc}") from exc
+    return _url(*runner.addresses[0][:2])
+
+
 async def start(settings: Settings) -> Running:
-    control_host, control_port = parse_listen(settings.control_listen)
+    control_host, _ = parse_listen(settings.control_listen)
     proxy_host, proxy_port = parse_listen(settings.proxy_listen)
     token = settings.token()
     if not is_loopback(control_host) and not token:
@@ -99,12 +128,16 @@ async def start(settings: Settings) -> Running:
     store = create_store(settings.store_url)
     await store.open()
     stops: list[Stop] = [store.close]
+    readiness = _conditions(settings)
+    stop_requested = asyncio.Event()
+    mirrors = Mirrors()  # the PostgreSQL relay's connections, waited for before releases
     try:
         bindings = Bindings(store, clock, margin_s=settings.self_fence_margin_s)
         store.observer = CompositeObserver(MetricsObserver(metrics), bindings)
         authority = ensure_authority(
             settings.data_dir.expanduser(),
             settings.ca_from.expanduser() if settings.ca_from else None,
+            settings.ca_bundle.expanduser() if settings.ca_bundle else None,
         )
         upstream = Upstream(routes, extra_ca=settings.upstream_ca)
         await upstream.start()
@@ -138,27 +171,31 @@ async def start(settings: Settings) -> Running:
             rules=[rule.name for rule in rules],
             routes=routes.hosts(),
         )
-        app = make_app(store, metrics=metrics, clock=clock, token=token, proxy=info)
+        app = make_app(
+            store,
+            metrics=metrics,
+            clock=clock,
+            token=token,
+            proxy=info,
+            readiness=readiness,
+            shutdown=stop_requested.set,
+            before_release=mirrors.settle,
+        )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         stops.append(runner.cleanup)
-        try:
-            await web.TCPSite(runner, control_host, control_port).start()
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {settings.control_listen}: {exc}") from exc
-        control_url = _url(*runner.addresses[0][:2])
+        control_url = await _listen(runner, settings.control_listen)
         pg_url = ""
         if settings.pg_upstream:
-            relay = _pg_relay(settings, rules, bindings, store, metrics)
+            relay = _pg_relay(settings, rules, bindings, store, metrics, mirrors)
             pg_host, pg_port = await relay.start(*parse_listen(settings.pg_listen))
             pg_url = f"postgresql://{pg_host}:{pg_port}"
             stops.append(relay.stop)
+            readiness.met("pg_relay")
         if settings.task:
-            keeper = LeaseKeeper(
-                StoreLeases(store), settings.task, settings.worker, settings.lease_ttl_s
-            )
-            stops.append(await _hold_lease(keeper))
+            stops.append(await _hold_lease(settings, store, readiness, mirrors))
         gate.open()
+        readiness.met("proxy")
     except BaseException:
         for stop in reversed(stops):
             with contextlib.suppress(Exception):
@@ -173,14 +210,21 @@ async def start(settings: Settings) -> Running:
             "task": settings.task,
         },
     )
-    return Running(store, control_url, proxy_url, info, rules, stops, pg_url)
+    return Running(
+        store, control_url, proxy_url, info, rules, stops, pg_url, stop_requested, readiness
+    )
 
 
 def _pg_relay(
-    settings: Settings, rules: RuleSet, bindings: Bindings, store: Store, metrics: Metrics
+    settings: Settings,
+    rules: RuleSet,
+    bindings: Bindings,
+    store: Store,
+    metrics: Metrics,
+    mirrors: Mirrors,
 ) -> Relay:
     """The PostgreSQL relay; with SQL rules, each connection gets an exactly-once engine."""
-    effects = PgEffects(rules, bindings, store, metrics) if rules.has_sql else None
+    effects = PgEffects(rules, bindings, store, metrics, mirrors=mirrors) if rules.has_sql else None
     assert settings.pg_upstream is not None
 
     async def session(
@@ -206,11 +250,30 @@ def _pg_relay(
     return Relay(PgUpstream.parse(settings.pg_upstream), session)
 
 
-async def _hold_lease(keeper: LeaseKeeper) -> Stop:
-    """Claim the configured task in the background (waiting out a live lease), keep it."""
+async def _hold_lease(
+    settings: Settings, store: Store, readiness: Readiness, mirrors: Mirrors
+) -> Stop:
+    """Claim ``--task`` in the background (waiting out a live lease: the sidecar is not
+    ready meanwhile), keep it; a fenced lease makes the sidecar not ready again."""
+    assert settings.task is not None
+    keeper = LeaseKeeper(
+        StoreLeases(store),
+        settings.task,
+        settings.worker,
+        settings.lease_ttl_s,
+        on_lost=lambda fenced: readiness.require("lease", f"lost: {fenced.detail}"),
+    )
 
     async def hold() -> None:
-        await keeper.acquire(wait_s=float("inf"))
+        while True:
+            try:
+                await keeper.acquire(wait_s=float("inf"))
+                break
+            except SidecarError as error:  # the store is down: not a reason to give up
+                readiness.require("lease", f"cannot claim task {keeper.task}: {error.detail}")
+                log.warning("claiming the lease failed: %s", error.detail)
+                await asyncio.sleep(1.0)
+        readiness.met("lease")
         await keeper.keep()
 
     task = spawn(hold(), name=f"lease:{keeper.task}")
@@ -219,6 +282,7 @@ async def _hold_lease(keeper: LeaseKeeper) -> Stop:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await mirrors.settle()  # the relay's writes for this attempt land before it ends
         await keeper.release()
 
     return stop
@@ -227,7 +291,7 @@ async def _hold_lease(keeper: LeaseKeeper) -> Stop:
 async def serve(settings: Settings) -> None:
     running = await start(settings)
     print(running.ready_line((await running.store.info()).url), flush=True)
-    stop = asyncio.Event()
+    stop = running.stop_requested
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import logs
+from sidecar.errors import ConfigError
 
 DEFAULT_GITHUB_LISTEN = "127.0.0.1:7310"
 
@@ -26,7 +27,8 @@ def register(verbs: Any) -> None:
         description="Emulate GitHub: the REST API (repositories, refs, pull requests, "
         "comments, labels, releases, contents; also under /api/v3) and git clone/fetch/push "
         "over HTTP, on bare repositories in DIR/repos with the rest in DIR/state.json. "
-        "Prints 'github emulator ready http://HOST:PORT' and runs until SIGTERM/SIGINT.",
+        "Serves HTTPS instead when given --tls-cert and --tls-key. Prints 'github emulator "
+        "ready http://HOST:PORT' (https:// with TLS) and runs until SIGTERM/SIGINT.",
     )
     github.add_argument(
         "--listen",
@@ -36,6 +38,19 @@ def register(verbs: Any) -> None:
     )
     github.add_argument(
         "--data", type=Path, required=True, metavar="DIR", help="where repositories and state live"
+    )
+    github.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="FILE",
+        help="serve HTTPS with this PEM certificate chain (server certificate first); "
+        "needs --tls-key. Client certificates are not asked for",
+    )
+    github.add_argument(
+        "--tls-key",
+        type=Path,
+        metavar="FILE",
+        help="the PEM private key of --tls-cert, unencrypted",
     )
     github.add_argument(
         "--api-url",
@@ -64,10 +79,22 @@ def register(verbs: Any) -> None:
 def run_github(args: argparse.Namespace) -> int:
     from sidecar.emulators import github  # noqa: PLC0415 - only this verb needs it
     from sidecar.emulators.faults import Late  # noqa: PLC0415
+    from sidecar.tls import server_context  # noqa: PLC0415
 
     logs.configure(args.log_level)
     late = [Late.parse(spec) for spec in args.late]
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together: give both or neither")
+    # Loaded before the socket is bound, so a bad pair fails the start, not a handshake.
+    tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
     asyncio.run(
-        github.serve(args.listen, args.data, api_url=args.api_url, web_url=args.web_url, late=late)
+        github.serve(
+            args.listen,
+            args.data,
+            api_url=args.api_url,
+            web_url=args.web_url,
+            late=late,
+            tls=tls,
+        )
     )
     return 0

@@ -51,9 +51,13 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     documents: list[Any] = []
+    warnings: list[str] = []
     for name in args.files:
-        documents += _inject_file(name, args.namespace, config)
+        documents += _inject_file(name, args.namespace, config, warnings)
     write(documents, sys.stdout)
+    # Only once everything was injected: a refused file prints its error alone.
+    for warning in warnings:
+        print(f"sidecar inject: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -66,7 +70,9 @@ def _read(name: str) -> str:
         raise InvalidInjection(f"cannot read {name}: {exc}") from exc
 
 
-def _inject_file(name: str, namespace: str | None, config: InjectConfig) -> list[Any]:
+def _inject_file(
+    name: str, namespace: str | None, config: InjectConfig, warnings: list[str]
+) -> list[Any]:
     from sidecar.kube.inject import inject  # noqa: PLC0415
 
     shown = "stdin" if name == "-" else name
@@ -75,19 +81,22 @@ def _inject_file(name: str, namespace: str | None, config: InjectConfig) -> list
     except yaml.YAMLError as exc:
         raise InvalidInjection(f"{shown}: not valid YAML: {exc}") from exc
     out: list[Any] = []
+
+    def injected(document: dict[str, Any], index: int) -> dict[str, Any]:
+        outcome = inject(document, _namespace(document, namespace), config)
+        warnings.extend(f"{shown}: document {index}: {warning}" for warning in outcome.warnings)
+        return outcome.manifest
+
     for index, document in enumerate(loaded):
         try:
             if isinstance(document, dict) and str(document.get("kind", "")).endswith("List"):
                 items = document.get("items") or []
                 document["items"] = [
-                    inject(item, _namespace(item, namespace), config).manifest
-                    if isinstance(item, dict)
-                    else item
-                    for item in items
+                    injected(item, index) if isinstance(item, dict) else item for item in items
                 ]
                 out.append(document)
             elif isinstance(document, dict):
-                out.append(inject(document, _namespace(document, namespace), config).manifest)
+                out.append(injected(document, index))
             else:
                 out.append(document)
         except InvalidInjection as error:

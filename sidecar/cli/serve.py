@@ -66,6 +66,13 @@ def register(verbs: Any) -> None:
         "mount, only read) instead of creating one in DATA_DIR/ca",
     )
     parser.add_argument(
+        "--ca-bundle",
+        type=Path,
+        metavar="FILE",
+        help="write the trust bundle agents are given (system roots + the CA) to FILE "
+        "instead of DATA_DIR/ca-bundle.pem",
+    )
+    parser.add_argument(
         "--pg-listen",
         metavar="HOST:PORT",
         help=f"PostgreSQL relay address (default {DEFAULT_PG_LISTEN}; with --pg-upstream)",
@@ -101,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         route=args.route,
         upstream_ca=args.upstream_ca,
         ca_from=args.ca_from,
+        ca_bundle=args.ca_bundle,
         task=args.task,
         worker=args.worker,
         lease_ttl_s=args.lease_ttl_s,

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from sidecar.clock import Clock, SystemClock
 from sidecar.control import history, ops, tasks
 from sidecar.control.auth import bearer_middleware
-from sidecar.control.keys import CLOCK, METRICS, PROXY, STORE, ProxyInfo
+from sidecar.control.keys import (
+    BEFORE_RELEASE,
+    CLOCK,
+    METRICS,
+    PROXY,
+    READINESS,
+    SHUTDOWN,
+    STORE,
+    ProxyInfo,
+)
 from sidecar.control.problems import problem_middleware
 from sidecar.metrics import Metrics
+from sidecar.readiness import Readiness
 from sidecar.store import Store
 
 # 1 MiB of JSON is far more than any checkpoint should carry; larger bodies get a 413.
@@ -25,8 +37,12 @@ def make_app(
     clock: Clock | None = None,
     token: str | None = None,
     proxy: ProxyInfo | None = None,
+    readiness: Readiness | None = None,
+    shutdown: Callable[[], None] | None = None,
+    before_release: Callable[[], Awaitable[None]] | None = None,
 ) -> web.Application:
-    """The control app over an *open* store (its owner opens and closes it)."""
+    """The control app over an *open* store (its owner opens and closes it); ``/readyz``
+    also waits for ``readiness``'s conditions, ``POST /v1/shutdown`` calls ``shutdown``."""
     middlewares: list[Middleware] = [problem_middleware]
     if token:
         middlewares.append(bearer_middleware(token))
@@ -36,6 +52,11 @@ def make_app(
     app[METRICS] = metrics or Metrics()
     if proxy is not None:
         app[PROXY] = proxy
+    app[READINESS] = readiness or Readiness()
+    if shutdown is not None:
+        app[SHUTDOWN] = shutdown
+    if before_release is not None:
+        app[BEFORE_RELEASE] = before_release
     app[ops.ENDPOINTS] = tuple(e for api in APIS for e in api.endpoints)
     for api in APIS:
         app.add_routes(api.routes)

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from sidecar.clock import Clock
 from sidecar.metrics import Metrics
+from sidecar.readiness import Readiness
 from sidecar.store import Store
 
 STORE = web.AppKey("store", Store)
 CLOCK = web.AppKey("clock", Clock)
 METRICS = web.AppKey("metrics", Metrics)
+READINESS = web.AppKey("readiness", Readiness)
+#: Asks the sidecar process to stop as on SIGTERM (``POST /v1/shutdown``).
+SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
+#: Awaited before a lease is released: writes still in flight for the attempt land first.
+BEFORE_RELEASE: web.AppKey[Callable[[], Awaitable[None]]] = web.AppKey("before_release")
 
 
 @dataclass(frozen=True, slots=True)

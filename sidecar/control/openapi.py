@@ -22,6 +22,7 @@ _PROBLEM_STATUS = {
     "lease_held": 409,
     "stale_generation": 409,
     "store_unavailable": 503,
+    "not_ready": 503,
 }
 
 

@@ -1,16 +1,18 @@
-"""Operational routes: liveness, readiness, Prometheus metrics, the OpenAPI document."""
+"""Operational routes: liveness, readiness, shutdown, Prometheus metrics, the OpenAPI
+document."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 
 from aiohttp import web
 
 from sidecar.control.endpoints import Api, Endpoint, json_answer
-from sidecar.control.keys import METRICS, PROXY, STORE
+from sidecar.control.keys import METRICS, PROXY, READINESS, SHUTDOWN, STORE
 from sidecar.control.openapi import build as build_openapi
-from sidecar.control.schemas import Health, ProxyOut, Readiness
+from sidecar.control.schemas import Health, ProxyOut, Readiness, Stopping
 from sidecar.errors import NotFound
 
 api = Api("operations")
@@ -27,11 +29,14 @@ async def healthz(request: web.Request) -> web.Response:
 @api.route(
     "GET",
     "/readyz",
-    summary="Ready: the store accepted a durable test write (insert + delete).",
+    summary="Ready: every part of the sidecar is in place (the proxy answers, the "
+    "PostgreSQL relay listens, the --task lease is held) and the store accepted a durable "
+    "test write (insert + delete).",
     answer=Readiness,
-    problems=("store_unavailable",),
+    problems=("not_ready", "store_unavailable"),
 )
 async def readyz(request: web.Request) -> web.Response:
+    request.app[READINESS].check()
     store = request.app[STORE]
     await store.check_writable()
     info = await store.info()
@@ -45,6 +50,27 @@ async def readyz(request: web.Request) -> web.Response:
             },
         )
     )
+
+
+@api.route(
+    "POST",
+    "/v1/shutdown",
+    summary="Stop the sidecar as SIGTERM would (listeners closed, the --task lease "
+    "released, the store closed); the process then exits 0. How a Job whose sidecar is a "
+    "regular container ends: the agent's command calls it last. Open without the token "
+    "from loopback (the pod's own containers), like the probes; a stopped sidecar fails "
+    "closed, it never lets traffic past unrecorded.",
+    status=202,
+    answer=Stopping,
+    problems=("not_found", "unauthorized"),
+)
+async def shutdown(request: web.Request) -> web.Response:
+    stop = request.app.get(SHUTDOWN)
+    if stop is None:
+        raise NotFound("this control API is not a sidecar process's: nothing to stop")
+    # After the answer is sent: stopping closes this very listener.
+    asyncio.get_running_loop().call_later(0.05, stop)
+    return json_answer(Stopping(status="stopping"), status=202)
 
 
 @api.route(

@@ -8,12 +8,13 @@ Clients branch on the ``code`` member, which is stable (``lease_held``,
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from sidecar.errors import SidecarError
+from sidecar.errors import SidecarError, Unavailable
 from sidecar.problems import PROBLEM_JSON, error_body, problem_body
 
 log = logging.getLogger("sidecar.control")
@@ -44,7 +45,12 @@ def problem(
 
 def from_error(error: SidecarError, instance: str | None = None) -> web.Response:
     status, body = error_body(error, instance)
-    headers = {"WWW-Authenticate": "Bearer"} if error.code == "unauthorized" else None
+    headers: dict[str, str] = {}
+    if error.code == "unauthorized":
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(error, Unavailable) and error.retry_after_s is not None:
+        # HTTP clients and orchestrators read the header, not the body's member.
+        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
     return web.Response(status=status, body=body, content_type=PROBLEM_JSON, headers=headers)
 
 

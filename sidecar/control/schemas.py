@@ -332,6 +332,10 @@ class Health(Response):
     status: str
 
 
+class Stopping(Response):
+    status: str
+
+
 class Readiness(Response):
     status: str
     store: dict[str, Any]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from sidecar.control.endpoints import Api, json_answer, parse_body, task_param
-from sidecar.control.keys import CLOCK, STORE
+from sidecar.control.keys import BEFORE_RELEASE, CLOCK, STORE
 from sidecar.control.schemas import (
     ClaimRequest,
     ClaimResponse,
@@ -61,6 +61,11 @@ async def heartbeat(request: web.Request) -> web.Response:
 async def release(request: web.Request) -> web.Response:
     task = task_param(request)
     body = await parse_body(request, ReleaseRequest)
+    settle = request.app.get(BEFORE_RELEASE)
+    if settle is not None:
+        # What the attempt's connections still have on its behalf (the PostgreSQL relay's
+        # background writes) lands first: after the release it would be refused as stale.
+        await settle()
     state = await request.app[STORE].release(task, body.attempt_id, body.generation)
     return json_answer(LeaseResponse.of(state, request.app[CLOCK].now()))
 

@@ -6,6 +6,9 @@
 ``containers`` builds what a pod gets (the sidecar and redirect containers, volumes, app
 variables); ``inject`` decides whether and where it goes, for a Pod or a workload manifest
 (pure: dicts in, dicts out, no I/O); ``webhook`` serves that as a mutating admission
-webhook. ``sidecar redirect``, ``sidecar inject`` (offline, like ``istioctl kube-inject``)
-and ``sidecar webhook`` are the verbs.
+webhook. Its self-signed TLS mode is ``selfsigned`` (the Secret, the files, the
+``caBundle``), on ``certgen`` (the CA and certificate, pure), ``certfiles`` (the pair on
+disk) and ``apiclient`` (the few Kubernetes API calls). ``sidecar redirect``,
+``sidecar inject`` (offline, like ``istioctl kube-inject``) and ``sidecar webhook`` are
+the verbs.
 """

@@ -14,14 +14,18 @@ from sidecar.kube.config import InjectConfig
 SIDECAR = "effect-sidecar"
 REDIRECT = "effect-sidecar-redirect"
 DATA_VOLUME = "effect-sidecar-data"
+TRUST_VOLUME = "effect-sidecar-trust"
 TOKEN_VOLUME = "effect-sidecar-control-token"  # noqa: S105 - a volume name
 RULES_VOLUME = "effect-sidecar-rules"
 CA_VOLUME = "effect-sidecar-ca"
 DATA_DIR = "/var/run/effect-sidecar"
+#: The trust bundle's own volume: app containers mount this one, never DATA_DIR, where
+#: the CA private key and (with the default store) the effect log live.
+TRUST_DIR = "/var/run/effect-sidecar-trust"
 TOKEN_DIR = "/etc/effect-sidecar/control"  # noqa: S105 - a mount path
 RULES_DIR = "/etc/effect-sidecar/rules"
 CA_DIR = "/etc/effect-sidecar/ca"
-BUNDLE = f"{DATA_DIR}/ca-bundle.pem"
+BUNDLE = f"{TRUST_DIR}/ca-bundle.pem"
 CONTROL_PORT = 7300
 PROXY_PORT = 7301
 PG_PORT = 7302
@@ -95,6 +99,8 @@ def sidecar_container(
         "transparent" if request.mode == "transparent" else "regular",
         "--data-dir",
         DATA_DIR,
+        "--ca-bundle",
+        BUNDLE,
         "--control-listen",
         f"0.0.0.0:{CONTROL_PORT}",  # kubelet probes come from outside the pod
         "--control-token-file",
@@ -142,6 +148,7 @@ def sidecar_container(
             )
     mounts = [
         {"name": DATA_VOLUME, "mountPath": DATA_DIR},
+        {"name": TRUST_VOLUME, "mountPath": TRUST_DIR},
         {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
     ]
     if request.rules_configmap:
@@ -215,6 +222,9 @@ def redirect_container(request: notes.Request, config: InjectConfig) -> dict[str
 def pod_volumes(request: notes.Request, config: InjectConfig) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
         {"name": DATA_VOLUME, "emptyDir": {}},
+        # The bundle is ~250 KB of system roots plus the CA; the limit keeps an app that
+        # could write here (it cannot: read-only mount) from filling the node's disk.
+        {"name": TRUST_VOLUME, "emptyDir": {"sizeLimit": "8Mi"}},
         {
             "name": TOKEN_VOLUME,
             "secret": {

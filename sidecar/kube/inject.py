@@ -21,17 +21,17 @@ What an injected pod gets:
   1.29+): an ``initContainers`` entry with ``restartPolicy: Always`` whose startupProbe
   (``GET /readyz`` on 7300) holds back the later init containers and the app until the
   sidecar is ready; kubelet stops it after the app containers end, so a Job completes.
-  ``/readyz`` answers only once the proxy listens and ``DATA_DIR/ca-bundle.pem`` is
-  written (``sidecar serve`` starts the control API after both), and once the store took
-  a durable test write; the PostgreSQL relay starts a moment after the control API and
-  the task's lease is claimed in the background, neither is part of readiness.
-  Fallback (``effect-sidecar.io/native-sidecar: "false"`` or ``native_sidecar: false``):
-  the FIRST regular container, with a ``postStart`` hook that polls ``/readyz``; kubelet
-  starts the next container only when that hook returns. **A Job does not complete in
-  that shape**: the pod ends only when every container has exited, the sidecar runs until
-  SIGTERM, and the control API has no endpoint to stop it (there is no ``/v1/shutdown``),
-  so the Job needs ``activeDeadlineSeconds`` or an external delete. Use native sidecars
-  for Jobs. In the fallback shape the pod's own init containers run before the sidecar
+  ``/readyz`` answers 200 only once the CA bundle is written, the proxy's gate is open,
+  the PostgreSQL relay listens, the task's lease is held (a new pod waits out the lease
+  of the one it replaces) and the store took a durable test write
+  (:mod:`sidecar.readiness`). Fallback (``effect-sidecar.io/native-sidecar: "false"`` or
+  ``native_sidecar: false``): the FIRST regular container, with a ``postStart`` hook that
+  polls ``/readyz``; kubelet starts the next container only when that hook returns. **A
+  Job does not complete by itself in that shape**: the pod ends only when every container
+  has exited, so the agent's command must end with ``POST /v1/shutdown`` to the sidecar
+  (deploy/README.md has the lines); :data:`JOB_END_WARNING` says so (the webhook's
+  AdmissionReview warning, ``sidecar inject``'s stderr). In the fallback shape the pod's
+  own init containers run before the sidecar
   exists: they get neither the CA variables nor the proxy variables (the bundle does not
   exist yet), and in transparent mode the redirect container is placed after them so
   their traffic is not sent to a proxy that is not listening.
@@ -48,12 +48,13 @@ What an injected pod gets:
   the operator in both modes: point it at ``postgresql://...@127.0.0.1:7302/DB`` in
   env-proxy mode (transparent mode redirects the PostgreSQL ports itself).
 * CA trust on every app container (and, with native sidecars, every other init
-  container): the sidecar's data emptyDir mounted read-only at ``/var/run/effect-sidecar``
+  container): an emptyDir of its own, ``effect-sidecar-trust``, where the sidecar writes
+  ``ca-bundle.pem`` (``--ca-bundle``), mounted read-only at ``/var/run/effect-sidecar-trust``,
   and ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``, ``NODE_EXTRA_CA_CERTS``,
-  ``GIT_SSL_CAINFO``, ``PIP_CERT``, ``AWS_CA_BUNDLE`` pointing at its ``ca-bundle.pem``. A
-  variable the container already sets is **kept** (the operator's explicit value wins; the
-  status annotation lists what was kept). The CA key sits in that volume's ``ca/``
-  directory, mode 0700 and owned by UID 1337: app containers running as root could read it.
+  ``GIT_SSL_CAINFO``, ``PIP_CERT``, ``AWS_CA_BUNDLE`` pointing at it. A variable the
+  container already sets is **kept** (the operator's explicit value wins; the status
+  annotation lists what was kept). The sidecar's data volume (the CA key, the SQLite
+  store) is mounted in the sidecar alone: not even a root app can read the key.
 * a shared CA (``ca_secret``: a TLS Secret's name): the Secret mounted read-only at
   ``/etc/effect-sidecar/ca`` (``tls.crt``, ``tls.key``) in the sidecar container alone,
   and ``--ca-from`` that directory; ``sidecar serve`` copies the CA into the data volume's
@@ -83,9 +84,10 @@ from sidecar.kube import annotations as notes
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.containers import (
     DATA_DIR,
-    DATA_VOLUME,
     REDIRECT,
     SIDECAR,
+    TRUST_DIR,
+    TRUST_VOLUME,
     WAIT_READY,
     add_env,
     app_env,
@@ -105,6 +107,14 @@ _TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
 _JOB_KINDS = frozenset({"Job", "CronJob"})
+_JOB_LABELS = ("job-name", "batch.kubernetes.io/job-name")
+#: Shown by the webhook (AdmissionReview warnings, which the API server passes to kubectl)
+#: and by ``sidecar inject``; the API server may cut warnings over 256 characters.
+JOB_END_WARNING = (
+    "effect-sidecar: the sidecar is a regular container (native-sidecar: false), so this "
+    "Job's pod ends only once it stops: finish the agent's command with a POST to "
+    "http://127.0.0.1:7300/v1/shutdown (deploy/README.md)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +122,7 @@ class Outcome:
     manifest: dict[str, Any]
     injected: bool
     reason: str  # why not, or "injected"
+    warnings: tuple[str, ...] = ()
 
 
 def is_workload(manifest: Mapping[str, Any]) -> bool:
@@ -151,11 +162,24 @@ def inject(manifest: Mapping[str, Any], namespace: str, config: InjectConfig) ->
     if spec.get("hostNetwork"):
         return Outcome(unchanged, injected=False, reason="hostNetwork pod")
     request = notes.read(metadata, config)
-    status = _inject_spec(spec, metadata, request, config, job=result["kind"] in _JOB_KINDS)
+    job = _is_job(result["kind"], metadata)
+    status = _inject_spec(spec, metadata, request, config, job=job)
     annotations = metadata.setdefault("annotations", {}) or {}
     metadata["annotations"] = annotations
     annotations[notes.STATUS] = json.dumps(status, sort_keys=True, separators=(",", ":"))
-    return Outcome(result, injected=True, reason="injected")
+    warnings = (JOB_END_WARNING,) if job and not request.native_sidecar else ()
+    return Outcome(result, injected=True, reason="injected", warnings=warnings)
+
+
+def _is_job(kind: str, metadata: Mapping[str, Any]) -> bool:
+    """A Job's or CronJob's template, or a pod a Job created (what the webhook sees)."""
+    if kind in _JOB_KINDS:
+        return True
+    labels = metadata.get("labels") or {}
+    owners = metadata.get("ownerReferences") or []
+    return any(label in labels for label in _JOB_LABELS) or any(
+        isinstance(owner, dict) and owner.get("kind") == "Job" for owner in owners
+    )
 
 
 def _check_free(spec: Mapping[str, Any], volumes: list[str], uid: int | None) -> None:
@@ -168,10 +192,10 @@ def _check_free(spec: Mapping[str, Any], volumes: list[str], uid: int | None) ->
                     annotation=notes.STATUS,
                 )
             for mount in container.get("volumeMounts") or []:
-                if mount.get("mountPath", "").rstrip("/") == DATA_DIR:
+                if mount.get("mountPath", "").rstrip("/") in {DATA_DIR, TRUST_DIR}:
                     raise InvalidInjection(
                         f"container {container.get('name')!r} already mounts something at "
-                        f"{DATA_DIR}, where the sidecar's CA bundle goes"
+                        f"{mount['mountPath']}, which the sidecar's volumes use"
                     )
     pod_user = (spec.get("securityContext") or {}).get("runAsUser")
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
@@ -191,8 +215,12 @@ def _check_free(spec: Mapping[str, Any], volumes: list[str], uid: int | None) ->
 def _task_source(metadata: Mapping[str, Any], annotated: bool, job: bool) -> str:
     if annotated:
         return f"metadata.annotations['{notes.TASK}']"
-    labels = metadata.get("labels") or {}
-    if job or "job-name" in labels or "batch.kubernetes.io/job-name" in labels:
+    if job:
+        labels = metadata.get("labels") or {}
+        # The Job controller sets both labels (the prefixed one since 1.27); a pod that
+        # carries only the prefixed one must not get an empty task from the legacy one.
+        if "job-name" not in labels and "batch.kubernetes.io/job-name" in labels:
+            return "metadata.labels['batch.kubernetes.io/job-name']"
         return "metadata.labels['job-name']"
     return "metadata.name"
 
@@ -219,7 +247,7 @@ def _inject_spec(
         if names:
             kept[container["name"]] = names
         container.setdefault("volumeMounts", []).append(
-            {"name": DATA_VOLUME, "mountPath": DATA_DIR, "readOnly": True}
+            {"name": TRUST_VOLUME, "mountPath": TRUST_DIR, "readOnly": True}
         )
     redirect = [redirect_container(request, config)] if transparent else []
     if request.native_sidecar:

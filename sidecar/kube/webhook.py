@@ -3,7 +3,8 @@
 :func:`review` is the whole decision (an AdmissionReview in, the answering one out);
 :func:`make_app` serves it, with ``GET /healthz``, and :func:`serve` runs it over TLS
 (the API server only calls webhooks over HTTPS), reloading its certificate when the
-files change (:class:`CertReloader`). A Pod CREATE that opts in gets
+files change (:class:`CertReloader`); a :class:`TLSProvider` may make those files first
+(the self-signed mode, :mod:`sidecar.kube.selfsigned`). A Pod CREATE that opts in gets
 ``allowed: true`` with a base64 JSON Patch from the pod as submitted to the injected
 one; everything else (other kinds or operations, pods not opting in, already injected,
 skipped) is allowed without a patch; an annotation that cannot be honoured is refused
@@ -22,9 +23,9 @@ import os
 import signal
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jsonpatch
 from aiohttp import web
@@ -33,6 +34,7 @@ from sidecar.config import parse_listen
 from sidecar.errors import ConfigError, InvalidInjection
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.inject import inject
+from sidecar.tls import server_context
 
 log = logging.getLogger("sidecar.kube.webhook")
 
@@ -79,6 +81,8 @@ def review(body: Any, config: InjectConfig) -> dict[str, Any]:
                 patch = jsonpatch.make_patch(pod, outcome.manifest).patch
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+            if outcome.warnings:
+                response["warnings"] = list(outcome.warnings)  # kubectl prints them
             log.info(
                 "pod admitted",
                 extra={"namespace": namespace, "pod": name, "outcome": outcome.reason},
@@ -112,16 +116,6 @@ DEFAULT_RELOAD_S = 10.0
 # what identifies one version of a file: the path its symlinks resolve to, then
 # (mtime_ns, size, inode, device) of that file
 Stamp = tuple[tuple[str, int, int, int, int], ...]
-
-
-def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"cannot load TLS certificate {cert} / key {key}: {exc}") from exc
-    return context
 
 
 def stamp(*paths: Path) -> Stamp:
@@ -241,7 +235,7 @@ async def start(
         loaded: Stamp | None = stamp(cert, key)
     except OSError:
         loaded = None
-    context = tls_context(cert, key)
+    context = server_context(cert, key)
     app = make_app(config)
     reloader = CertReloader(context, cert, key, loaded)
     app[RELOADER] = reloader
@@ -258,21 +252,65 @@ async def start(
     return runner, f"https://{shown}:{bound_port}"
 
 
+class TLSProvider(Protocol):
+    """Makes the certificate files the webhook serves (the self-signed mode's
+    :class:`sidecar.kube.selfsigned.SelfSignedTLS`)."""
+
+    async def ensure(self) -> object:
+        """Return once the files are in place (retrying as long as it takes)."""
+        ...
+
+    async def maintain(self, changed: Callable[[], object]) -> None:
+        """Keep them current until cancelled; call ``changed`` after replacing them."""
+        ...
+
+
 async def serve(
     listen: str,
     cert: Path,
     key: Path,
     config: InjectConfig,
     reload_s: float = DEFAULT_RELOAD_S,
+    provider: TLSProvider | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT; prints ``effect-sidecar webhook ready https://...``."""
-    runner, url = await start(listen, cert, key, config, reload_s)
-    print(f"effect-sidecar webhook ready {url}", flush=True)
+    """Run until SIGTERM/SIGINT; prints ``effect-sidecar webhook ready https://...``.
+
+    With a ``provider`` the files are its to make: nothing listens until
+    :meth:`TLSProvider.ensure` has returned (so ``/healthz`` does not answer, and the pod
+    is not ready, before there is a certificate), then it maintains them.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if provider is not None and not await _until_stopped(provider.ensure(), stop):
+        return
+    runner, url = await start(listen, cert, key, config, reload_s)
+    maintaining = None
+    if provider is not None:
+        reloader = runner.app[RELOADER]
+        maintaining = asyncio.create_task(provider.maintain(reloader.check), name="sidecar-tls")
+    print(f"effect-sidecar webhook ready {url}", flush=True)
     try:
         await stop.wait()
     finally:
+        if maintaining is not None:
+            maintaining.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await maintaining
         await runner.cleanup()
+
+
+async def _until_stopped(work: Coroutine[Any, Any, object], stop: asyncio.Event) -> bool:
+    """Run ``work`` unless ``stop`` is set first; True if it finished."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False
+    task.result()  # its exception, if any
+    return True

@@ -38,7 +38,7 @@ from sidecar.errors import SidecarError, StaleGeneration
 from sidecar.metrics import Metrics
 from sidecar.pgwire import messages, records
 from sidecar.pgwire.codec import Message
-from sidecar.pgwire.mirror import Done, LogMirror
+from sidecar.pgwire.mirror import Done, LogMirror, Mirrors
 from sidecar.pgwire.records import Refused, Skipped
 from sidecar.pgwire.relay import BindRequest
 from sidecar.pgwire.session import Conversation, Portal
@@ -74,6 +74,7 @@ class PgEffects:
     metrics: Metrics
     schemas_ready: set[str] = field(default_factory=set)
     guarded_cache: dict[str, bool] = field(default_factory=dict)
+    mirrors: Mirrors = field(default_factory=Mirrors)
 
     def __post_init__(self) -> None:
         self._kinds = _kinds_needed(self.rules)
@@ -134,7 +135,7 @@ class Statements:
         self.shared = shared
         self.bind = bind
         self.database = database
-        self.mirror = LogMirror(shared.store, shared.metrics, database)
+        self.mirror = LogMirror(shared.store, shared.metrics, database, shared.mirrors)
         self.uncommitted: list[Done] = []  # recorded inside a transaction the agent owns
         # The schema was created in the transaction now open: it exists for every other
         # connection only once that transaction commits (see ready()).

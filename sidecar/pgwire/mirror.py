@@ -10,6 +10,11 @@ ride in the same SQLite commit as the next statement's pending write (the store 
 whatever is queued together): one durable commit per statement instead of two.  A crash
 loses at most those held-back writes, and the target database settles what they would
 have said.
+
+Those background writes must land before the attempt's lease is given up, or a write
+that arrives after the release is refused as stale and the log shows the next attempt
+settling what this one did. :class:`Mirrors` knows every live connection's mirror so
+that a release (the control API's, ``serve --task``'s on the way out) can wait for them.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import weakref
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -50,10 +56,35 @@ class Done:
     tag: str = ""
 
 
+class Mirrors:
+    """Every live connection's :class:`LogMirror`, to wait for their background writes."""
+
+    def __init__(self) -> None:
+        self._live: weakref.WeakSet[LogMirror] = weakref.WeakSet()
+
+    def add(self, mirror: LogMirror) -> None:
+        self._live.add(mirror)
+
+    async def settle(self, timeout_s: float = 2.0) -> None:
+        """Start every held-back write and wait (up to ``timeout_s``) until all are made.
+
+        Bounded: a store that does not answer must not hold a release back for ever; the
+        target database settles whatever a late write would have said."""
+        for mirror in list(self._live):
+            mirror.flush()
+        behind = {task for mirror in list(self._live) for task in mirror.in_flight()}
+        if behind:
+            await asyncio.wait(behind, timeout=timeout_s)
+
+
 class LogMirror:
     """The effect-log writes of one agent connection."""
 
-    def __init__(self, store: Store, metrics: Metrics, database: str) -> None:
+    def __init__(
+        self, store: Store, metrics: Metrics, database: str, mirrors: Mirrors | None = None
+    ) -> None:
+        if mirrors is not None:
+            mirrors.add(self)
         self._store = store
         self._metrics = metrics
         self._database = database
@@ -144,6 +175,10 @@ class LogMirror:
     def failed(self, done: Done, answers: list[Message]) -> None:
         """The statement itself failed: nothing happened."""
         self._later(done.key, self._outcome(done, EffectState.FAILED, error_text(answers)))
+
+    def in_flight(self) -> list[asyncio.Task[None]]:
+        """The background writes started and not made yet."""
+        return list(self._behind.values())
 
     async def settled(self) -> None:
         """Until every background write has been made (tests, shutdown)."""

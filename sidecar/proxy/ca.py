@@ -185,8 +185,11 @@ def install_authority(source: Path, confdir: Path) -> bool:
     return True
 
 
-def ensure_authority(data_dir: Path, ca_from: Path | None = None) -> Authority:
-    """Create (or install, from ``ca_from``) the CA and (re)write the bundle; return paths."""
+def ensure_authority(
+    data_dir: Path, ca_from: Path | None = None, bundle: Path | None = None
+) -> Authority:
+    """Create (or install, from ``ca_from``) the CA and (re)write the bundle (``bundle``,
+    default ``DATA_DIR/ca-bundle.pem``); return paths."""
     confdir = data_dir / "ca"
     confdir.mkdir(parents=True, exist_ok=True)
     os.chmod(confdir, 0o700)  # the CA private key is in here
@@ -194,10 +197,12 @@ def ensure_authority(data_dir: Path, ca_from: Path | None = None) -> Authority:
         install_authority(ca_from, confdir)
     certs.CertStore.from_store(confdir, CONF_BASENAME, key_size=2048)
     cert = confdir / f"{CONF_BASENAME}-ca-cert.pem"
-    bundle = data_dir / "ca-bundle.pem"
+    bundle = bundle or data_dir / "ca-bundle.pem"
+    bundle.parent.mkdir(parents=True, exist_ok=True)
     ours = cert.read_text(encoding="utf-8")
     roots = system_roots()
     tmp = bundle.with_suffix(".tmp")
     tmp.write_text(roots.rstrip("\n") + "\n" + ours, encoding="utf-8")
+    tmp.chmod(0o644)  # agents run as other users (another uid in a pod): they must read it
     tmp.replace(bundle)
     return Authority(confdir=confdir, cert=cert, bundle=bundle)

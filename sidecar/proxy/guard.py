@@ -328,7 +328,15 @@ class EffectGuard:
                 facts.method, url, headers, request.body or None, timeout_s=timeout
             )
         except UpstreamError as error:
-            await self._best_effort_unknown(call, effect, str(error))
+            if not error.sent:
+                # Nothing reached the upstream: a definitive failure, so the next request
+                # for this effect simply sends it (no probe, no block for a human).
+                await self._best_effort(call, effect, EffectState.FAILED, str(error))
+                raise UpstreamFailed(
+                    f"task {call.binding.task}: {error}; nothing was sent, a retry sends "
+                    f"{effect.key!r}"
+                ) from error
+            await self._best_effort(call, effect, EffectState.UNKNOWN, str(error))
             raise UpstreamFailed(
                 f"task {call.binding.task}: {error}; the outcome of {effect.key!r} is unknown "
                 "and will be checked before it is sent again",
@@ -377,12 +385,13 @@ class EffectGuard:
             )
         )
 
-    async def _best_effort_unknown(self, call: Call, effect: Effect, why: str) -> None:
+    async def _best_effort(self, call: Call, effect: Effect, to: EffectState, why: str) -> None:
         try:
-            await self._transition(call, effect, EffectState.UNKNOWN, why)
+            await self._transition(call, effect, to, why)
         except SidecarError as error:
-            # Still pending in the log, which a later attempt treats as unknown anyway.
-            log.warning("could not mark %s unknown: %s", effect.key, error.detail)
+            # Still pending in the log, which a later attempt treats as unknown anyway:
+            # the safe reading of either outcome.
+            log.warning("could not mark %s %s: %s", effect.key, to.value, error.detail)
 
     async def _checkpoint(self, call: Call, response: RecordedResponse) -> None:
         spec = call.rule.checkpoint

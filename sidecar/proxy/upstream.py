@@ -38,11 +38,17 @@ _HOP_BY_HOP = frozenset(
 
 
 class UpstreamError(Exception):
-    """No definitive answer: connection refused or reset, or the timeout passed."""
+    """No definitive answer: connection refused or reset, or the timeout passed.
 
-    def __init__(self, message: str, *, timeout: bool = False) -> None:
+    ``sent`` is False only when the connection was never established (name not resolved,
+    refused, TLS handshake or certificate check failed): the request cannot have reached
+    the upstream. Anything later - a reset, a timeout - may have come after it did.
+    """
+
+    def __init__(self, message: str, *, timeout: bool = False, sent: bool = True) -> None:
         super().__init__(message)
         self.timeout = timeout
+        self.sent = sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,12 @@ class Upstream:
         except TimeoutError as exc:
             raise UpstreamError(
                 f"{method} {url}: no answer within {timeout_s:.1f}s", timeout=True
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            # Raised by the connector, before a byte of the request is written (a pooled
+            # connection that breaks mid-request raises ServerDisconnectedError instead).
+            raise UpstreamError(
+                f"{method} {url}: not sent, {type(exc).__name__}: {exc}", sent=False
             ) from exc
         except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
             raise UpstreamError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc

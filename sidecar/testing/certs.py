@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
@@ -97,8 +98,12 @@ def issue(
     name: str = "effect-sidecar-webhook",
     *,
     ip: str = "127.0.0.1",
+    dns: Sequence[str] = (),
 ) -> tuple[x509.Certificate, Key]:
-    """A serving certificate for ``ip``, valid for a day, signed by the given CA."""
+    """A serving certificate for ``ip`` and the ``dns`` names, valid for a day, signed by
+    the given CA."""
+    names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip))]
+    names += [x509.DNSName(host) for host in dns]
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     cert = (
@@ -109,10 +114,7 @@ def issue(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]),
-            critical=False,
-        )
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),

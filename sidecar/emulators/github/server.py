@@ -1,9 +1,11 @@
 """Running the GitHub emulator as a process: ``sidecar emulate github``.
 
 The socket is bound before the application is built, so that with port 0 the objects it
-answers with already name the port that was picked.  Once it accepts connections it
-prints one line, ``github emulator ready http://HOST:PORT``, for scripts and tests, and
-it runs until SIGTERM or SIGINT.
+answers with already name the port that was picked.  Given a certificate and key it
+serves HTTPS, so that a client sent to it under the names the certificate holds (e.g.
+api.github.com, with no ``--route`` in between) verifies it as it would GitHub.  Once it
+accepts connections it prints one line, ``github emulator ready http(s)://HOST:PORT``,
+for scripts and tests, and it runs until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import logging
 import signal
 import socket
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,16 +44,18 @@ async def serve(
     api_url: str | None = None,
     web_url: str | None = None,
     late: Sequence[Late] = (),
+    tls: ssl.SSLContext | None = None,
 ) -> None:
+    """Serve until SIGTERM/SIGINT; over TLS with ``tls`` (:func:`sidecar.tls.server_context`)."""
     host, port = parse_listen(listen)
     sock = _bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    address = f"http://{shown}:{bound_port}"
+    address = f"{'https' if tls else 'http'}://{shown}:{bound_port}"
     app = make_app(data_dir, api_url or address, web_url or address, late)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.SockSite(runner, sock).start()
+    await web.SockSite(runner, sock, ssl_context=tls).start()
     print(f"github emulator ready {address}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,7 +1,7 @@
 """Transparent mode in a real network namespace: the pod as Kubernetes would build it.
 
 A "pod" network namespace with a veth to the host; the host's end of the veth stands in
-for the internet (the GitHub emulator on its port 80, a private PostgreSQL). In the pod:
+for the internet (the GitHub emulator, a private PostgreSQL). In the pod:
 
 * `sidecar serve --mode transparent --task 312` as uid 1337;
 * the redirect installed by `sidecar redirect`, as the init container runs it (twice:
@@ -9,21 +9,33 @@ for the internet (the GitHub emulator on its port 80, a private PostgreSQL). In 
 * UNMODIFIED clients as uid 1001, with no proxy settings and no PGOPTIONS, only the
   sidecar's CA bundle in SSL_CERT_FILE / GIT_SSL_CAINFO (as the injected env would).
 
-HTTPS and git: the pod's /etc/hosts sends api.github.com and github.com to the host,
-where nothing listens on 443, so only the redirect can make the client work; the
-sidecar routes both names to the emulator. The client (clone, commit, push with the git
-CLI, open a PR with requests) runs twice, as an agent resumed from the top. Proves the
-traffic went through the sidecar (both effects in its log for task 312, both replayed
-the second time; one branch at the first commit and one PR in the emulator) and that
-the sidecar's own connections to port 80, which the redirect covers, were not looped
-back into it (the owner-uid RETURN rule counted packets).
+HTTPS and git, routed: the pod's /etc/hosts sends api.github.com and github.com to the
+host, where the emulator serves plain HTTP on port 80 and nothing listens on 443, so
+only the redirect can make the client work; the sidecar routes both names (--route) to
+the emulator. The client (clone, commit, push with the git CLI, open a PR with requests,
+read over plain HTTP) runs twice, as an agent resumed from the top. Proves the traffic
+went through the sidecar (both effects in its log for task 312, both replayed the second
+time; one branch at the first commit and one PR in the emulator) and that the sidecar's
+own connections to port 80, which the redirect covers, were not looped back into it
+(the owner-uid RETURN rule counted packets).
+
+HTTPS and git to the original destination: no --route. The emulator serves HTTPS on the
+host's port 443 with a certificate for api.github.com and github.com from a test CA, the
+sidecar is given that CA (--upstream-ca) and no routes, so it must reach the emulator
+where the agent was going and verify it as it would GitHub: mitmproxy relays (clone, ref
+listings) to the original destination address (SO_ORIGINAL_DST) with the agent's SNI,
+and the effects the sidecar sends itself (push, PR) go to the host the agent named,
+resolved in the pod. Same client without the plain-HTTP read, same proofs, for port 443.
+And the operator's failure case: told to trust another CA, the sidecar refuses the
+emulator's certificate; the agent gets 502 for the relayed git request and for the PR,
+the emulator gets no PR, and the PR's effect is logged as failed (nothing was sent).
 
 PostgreSQL: psql connects to the server's own address; the redirect sends it to the
 relay, which finds the server through SO_ORIGINAL_DST (its --pg-upstream points
 nowhere) and binds the connection to the sidecar's --task. The migration runs twice,
 the table is created once.
 
-Needs root, iproute2, util-linux (setpriv), iptables and (for the second test) a
+Needs root, iproute2, util-linux (setpriv), iptables and (for the PostgreSQL test) a
 PostgreSQL installation; skipped with the precise reason otherwise, failed under CI=true.
 """
 
@@ -46,6 +58,7 @@ import requests
 
 from sidecar.kube.redirect import CHAIN, REDIRECT_CHAIN
 from sidecar.rulepacks import packs_dir
+from sidecar.testing import certs
 from sidecar.testing.github import REPO, SOURCE
 from sidecar.testing.netns import PodNetwork, sidecar_argv, unavailable
 from sidecar.testing.pgcluster import SUPERUSER, PgCluster, PgUnavailable
@@ -74,19 +87,27 @@ git("commit", "-q", "-am", "Add order cancellation")
 head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, check=True,
                       capture_output=True, text=True).stdout.strip()
 print("head", head, flush=True)
-pushed = subprocess.run(["git", "push", "--force", "origin", "agent/312-orders"], cwd=work,
-                        capture_output=True, text=True)
+# With an identity: without one git derives it from the host name, whose DNS lookup
+# times out in the pod (10 s) before the push updates its reflog.
+pushed = subprocess.run(["git", *identity, "push", "--force", "origin", "agent/312-orders"],
+                        cwd=work, capture_output=True, text=True)
 print("push", pushed.returncode, pushed.stderr.replace("\n", " | "), flush=True)
 pull = requests.post(
     "https://api.github.com/repos/acme/app/pulls",
     json={"title": "Order cancellation", "head": "agent/312-orders", "base": "main"},
     headers={"Authorization": "token agent-token"}, timeout=30,
 )
-read = requests.get("http://api.github.com/repos/acme/app", timeout=30)  # port 80
-print("read", read.status_code, read.headers.get("X-Sidecar-Effect"), flush=True)
 print("pull", pull.status_code, pull.headers.get("X-Sidecar-Effect"),
       pull.json().get("number"), flush=True)
 """
+# The same agent also reading over plain HTTP (port 80, also redirected).
+CLIENT_WITH_READ = (
+    CLIENT
+    + r"""
+read = requests.get("http://api.github.com/repos/acme/app", timeout=30)
+print("read", read.status_code, read.headers.get("X-Sidecar-Effect"), flush=True)
+"""
+)
 
 
 @pytest.fixture
@@ -117,13 +138,15 @@ def owned_dir(path: Path, uid: int) -> Path:
     return path
 
 
-def seed(github: str) -> None:
+def seed(github: str, *, verify: bool | str = True) -> None:
+    """The repository the agent works on; ``verify`` is requests' (a CA file for HTTPS)."""
     auth = {"Authorization": "token test-token"}
     owner, repo = REPO.split("/")
     made = requests.post(
         f"{github}/orgs/{owner}/repos",
         json={"name": repo, "auto_init": True},
         headers=auth,
+        verify=verify,
         timeout=30,
     )
     assert made.status_code == 201, made.text
@@ -135,6 +158,7 @@ def seed(github: str) -> None:
             "branch": "main",
         },
         headers=auth,
+        verify=verify,
         timeout=30,
     )
     assert put.status_code in {200, 201}, put.text
@@ -219,6 +243,52 @@ def effects_by_rule(pod: PodNetwork) -> dict[str, dict[str, Any]]:
     return {effect["rule"]: effect for effect in log["effects"]}
 
 
+def run_agent_twice(pod: PodNetwork, base: Path, data: Path, client: str) -> tuple[str, str]:
+    """The agent, then the agent resumed from the top: ``client`` as the agent's uid with
+    only the sidecar's CA bundle; returns what each run printed."""
+    script = base / "client.py"
+    script.write_text(client)
+    outputs = []
+    for attempt in (1, 2):
+        home = owned_dir(base / f"agent-{attempt}", AGENT_UID)
+        # The resumed agent redoes the same change later: the same tree, a later commit.
+        # (Two runs within one second would make the very same commit, and git would
+        # then have nothing to push: no effect for the sidecar to replay.)
+        when = f"2026-11-29T10:0{attempt}:00Z"
+        done = pod.run(
+            [sys.executable, str(script), str(home / "app")],
+            uid=AGENT_UID,
+            env=agent_env(home, data / "ca-bundle.pem")
+            | {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when},
+        )
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        outputs.append(done.stdout)
+    first, second = outputs
+    assert "push 0" in first, first
+    assert "pull 201 recorded" in first, first
+    assert "push 0" in second, second
+    assert "pull 201 replayed" in second, second
+    return first, second
+
+
+def assert_done_once(state: dict[str, Any], first: str, pod: PodNetwork) -> None:
+    """The emulator's ``state`` holds one branch at the first run's commit and one PR (the
+    second push was answered by the sidecar), and the sidecar's log for task 312 has both
+    effects completed and replayed."""
+    repo = state["repos"][REPO]
+    assert [name for name in repo["branches"] if name != "main"] == [BRANCH]
+    first_head = re.search(r"^head (\w+)", first, re.MULTILINE)
+    assert first_head, first
+    assert repo["branches"][BRANCH]["sha"] == first_head.group(1)
+    assert len(repo["pulls"]) == 1
+
+    by_rule = effects_by_rule(pod)
+    assert set(by_rule) == {"github.git.push", "github.pulls.create"}, by_rule
+    for effect in by_rule.values():
+        assert effect["state"] == "completed", effect
+        assert "replayed" in [event["event"] for event in effect["events"]], effect
+
+
 def test_unmodified_https_and_git_client_goes_through_the_sidecar(
     pod: PodNetwork, base: Path
 ) -> None:
@@ -242,45 +312,126 @@ def test_unmodified_https_and_git_client_goes_through_the_sidecar(
             printed = apply_redirect(pod)
             assert "-p tcp --dport 443 -j REDIRECT --to-ports 7301" in printed
 
-            script = base / "client.py"
-            script.write_text(CLIENT)
-            outputs = []
-            for attempt in (1, 2):  # the agent, then the agent resumed from the top
-                home = owned_dir(base / f"agent-{attempt}", AGENT_UID)
-                done = pod.run(
-                    [sys.executable, str(script), str(home / "app")],
-                    uid=AGENT_UID,
-                    env=agent_env(home, data / "ca-bundle.pem"),
-                )
-                assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-                outputs.append(done.stdout)
-
-            first, second = outputs
-            assert "push 0" in first, first
-            assert "pull 201 recorded" in first, first
+            first, _ = run_agent_twice(pod, base, data, CLIENT_WITH_READ)
             assert "read 200 passthrough" in first, first
-            assert "push 0" in second, second
-            assert "pull 201 replayed" in second, second
-
-            # The second push was answered by the sidecar: the remote kept the first commit.
             state = requests.get(f"{github}/_emulator/state", timeout=10).json()
-            repo = state["repos"][REPO]
-            assert [name for name in repo["branches"] if name != "main"] == [BRANCH]
-            first_head = re.search(r"^head (\w+)", first, re.MULTILINE)
-            assert first_head, first
-            assert repo["branches"][BRANCH]["sha"] == first_head.group(1)
-            assert len(repo["pulls"]) == 1
-
-            # The sidecar recorded both effects for task 312, and replayed both.
-            by_rule = effects_by_rule(pod)
-            assert set(by_rule) == {"github.git.push", "github.pulls.create"}, by_rule
-            for effect in by_rule.values():
-                assert effect["state"] == "completed", effect
-                assert "replayed" in [event["event"] for event in effect["events"]], effect
+            assert_done_once(state, first, pod)
 
             # Its connections to the emulator's port 80 (a redirected port) were not looped.
             assert_not_looped_and_redirected(pod, 443)
             assert_not_looped_and_redirected(pod, 80)
+
+
+def https_github(pod: PodNetwork, base: Path) -> tuple[Child, Path, Path]:
+    """The GitHub emulator serving HTTPS on the host's veth address, port 443, with a
+    certificate for api.github.com, github.com and that address signed by a new test CA,
+    not yet waited for. Returns its process, that CA's certificate file, and the
+    certificate file of another CA, one that signed nothing the emulator serves."""
+    ca_cert, ca_key = certs.make_ca("github test CA")
+    ca_file, _ = certs.write_ca(base / "github-ca", ca_cert, ca_key)
+    served, served_key = certs.issue(
+        ca_cert, ca_key, "github emulator", ip=pod.host_ip, dns=["api.github.com", "github.com"]
+    )
+    cert_file, key_file = certs.write_ca(base / "github-tls", served, served_key)
+    other_file, _ = certs.write_ca(base / "other-ca")
+    emulator = Child(
+        [sys.executable, "-m", "sidecar", "emulate", "github", "--listen",
+         f"{pod.host_ip}:443", "--data", str(base / "github"),
+         "--tls-cert", str(cert_file), "--tls-key", str(key_file),
+         "--api-url", "https://api.github.com", "--web-url", "https://github.com"],
+        stderr_path=base / "github.log",
+    )  # fmt: skip
+    return emulator, ca_file, other_file
+
+
+def test_https_goes_to_the_original_destination_without_routes(pod: PodNetwork, base: Path) -> None:
+    """No --route: the sidecar reaches api.github.com and github.com where the agent was
+    going (the emulator's TLS port on the host), verifying its certificate with
+    --upstream-ca, as it would reach GitHub itself."""
+    emulator, ca_file, _ = https_github(pod, base)
+    with emulator:
+        ready = emulator.wait_for(r"github emulator ready (\S+)", timeout=30).group(1)
+        github = f"https://{pod.host_ip}:443"
+        assert ready == github, ready
+        seed(github, verify=str(ca_file))
+        pod.write_hosts({"api.github.com": pod.host_ip, "github.com": pod.host_ip})
+        sidecar, data = start_sidecar(
+            pod, base, "--rules", str(packs_dir() / "github.yaml"),
+            "--upstream-ca", str(ca_file),
+        )  # fmt: skip
+        with sidecar:
+            printed = apply_redirect(pod)
+            assert "-p tcp --dport 443 -j REDIRECT --to-ports 7301" in printed
+
+            first, _ = run_agent_twice(pod, base, data, CLIENT)
+            state = requests.get(f"{github}/_emulator/state", verify=str(ca_file), timeout=10)
+            assert_done_once(state.json(), first, pod)
+
+            # Its connections to the emulator's port 443 were not looped back into it.
+            assert_not_looped_and_redirected(pod, 443)
+
+
+UNTRUSTED_CLIENT = r"""
+import subprocess, requests
+
+listed = subprocess.run(["git", "ls-remote", "https://github.com/acme/app.git"],
+                        capture_output=True, text=True)
+print("ls-remote", listed.returncode, listed.stderr.replace("\n", " | "), flush=True)
+pull = requests.post(
+    "https://api.github.com/repos/acme/app/pulls",
+    json={"title": "Order cancellation", "head": "agent/312-orders", "base": "main"},
+    headers={"Authorization": "token agent-token"}, timeout=30,
+)
+print("pull", pull.status_code, pull.text.replace("\n", " "), flush=True)
+"""
+
+
+def test_an_upstream_certificate_the_sidecar_does_not_trust_fails_the_request(
+    pod: PodNetwork, base: Path
+) -> None:
+    """The emulator's certificate is signed by a CA the sidecar was not told to trust:
+    the agent (which trusts the sidecar) gets 502 from the sidecar for both the relayed
+    git traffic and the PR, the PR never reaches the emulator, and nothing is recorded
+    as completed."""
+    emulator, ca_file, other_file = https_github(pod, base)
+    with emulator:
+        emulator.wait_for(r"github emulator ready", timeout=30)
+        github = f"https://{pod.host_ip}:443"
+        seed(github, verify=str(ca_file))
+        pod.write_hosts({"api.github.com": pod.host_ip, "github.com": pod.host_ip})
+        sidecar, data = start_sidecar(
+            pod, base, "--rules", str(packs_dir() / "github.yaml"),
+            "--upstream-ca", str(other_file),
+        )  # fmt: skip
+        with sidecar:
+            apply_redirect(pod)
+            script = base / "untrusted.py"
+            script.write_text(UNTRUSTED_CLIENT)
+            home = owned_dir(base / "agent", AGENT_UID)
+            done = pod.run(
+                [sys.executable, str(script)],
+                uid=AGENT_UID,
+                env=agent_env(home, data / "ca-bundle.pem"),
+            )
+            assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+            listed = re.search(r"^ls-remote (\d+) (.*)$", done.stdout, re.MULTILINE)
+            assert listed, done.stdout
+            # mitmproxy answers 502 for the upstream it could not verify; git says so.
+            assert listed.group(1) != "0", done.stdout
+            assert "502" in listed.group(2), done.stdout
+            pull = re.search(r"^pull (\d+) (.*)$", done.stdout, re.MULTILINE)
+            assert pull, done.stdout
+            assert pull.group(1) == "502", done.stdout
+            assert "CERTIFICATE_VERIFY_FAILED" in pull.group(2), done.stdout
+
+            state = requests.get(f"{github}/_emulator/state", verify=str(ca_file), timeout=10)
+            assert state.json()["repos"][REPO]["pulls"] == []
+            # Logged before it was sent, then failed: the handshake failed, so nothing
+            # reached GitHub and a retry (once the CA is right) simply sends it.
+            effects = effects_by_rule(pod)
+            assert set(effects) == {"github.pulls.create"}, effects
+            assert effects["github.pulls.create"]["state"] == "failed", effects
+            assert effects["github.pulls.create"]["response"] is None, effects
 
 
 @pytest.fixture

@@ -174,9 +174,10 @@ def test_a_frozen_worker_on_one_node_is_taken_over_on_the_other_and_fenced(world
     operations = {r.operation for r in refused}
     assert "checkpoint" in operations
     assert operations & {"heartbeat", "release"}, "A's exec was told it lost the lease"
-    # ... and the two requests node A's proxy fenced before they reached the store.
+    # ... and the requests node A's proxy fenced before they reached the store: the two
+    # sent above, and A's agent's own pull request when it was quicker than its exec
+    # (the exit-1 case above).
     fenced_at_proxy = sorted(r.reason.split(" (rule")[0] for r in refused if r.operation == "proxy")
-    assert fenced_at_proxy == [
-        f"POST api.github.com{COMMENTS_PATH}",
-        f"POST api.github.com{PULLS_PATH}",
-    ]
+    assert fenced_at_proxy.count(f"POST api.github.com{COMMENTS_PATH}") == 1, fenced_at_proxy
+    assert fenced_at_proxy.count(f"POST api.github.com{PULLS_PATH}") in {1, 2}, fenced_at_proxy
+    assert len(fenced_at_proxy) in {2, 3}, fenced_at_proxy

@@ -7,6 +7,7 @@ import sys
 
 import yaml
 
+from sidecar.kube.inject import JOB_END_WARNING
 from tests.unit.kube.manifests import AGENT_POD, CRONJOB, FALLBACK_VERSIONS, assert_valid
 
 # Until the verb is registered in sidecar.cli, the process builds the same parser itself.
@@ -45,6 +46,19 @@ def test_manifests_on_stdin_come_out_injected_on_stdout():
         "effect-sidecar",
     ]
     assert_valid(cronjob, FALLBACK_VERSIONS)
+
+
+def test_a_job_without_native_sidecars_is_injected_with_a_warning_on_stderr(tmp_path):
+    config = tmp_path / "inject.yaml"
+    config.write_text("native_sidecar: false\n")
+    done = sidecar_inject(AGENT_POD + "\n---\n" + CRONJOB, "-f", "-", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    _, cronjob = yaml.safe_load_all(done.stdout)
+    assert cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["name"] == (
+        "effect-sidecar"
+    )
+    warnings = done.stderr.splitlines()
+    assert warnings == [f"sidecar inject: warning: stdin: document 1: {JOB_END_WARNING}"]
 
 
 def test_a_bad_annotation_exits_non_zero_naming_document_and_annotation():

@@ -1,7 +1,8 @@
 """deploy/: every kustomization renders with ``kubectl kustomize``, every rendered object
 and every example is valid Kubernetes (strict JSON schemas, 1.29 and the newest version
 kubernetes-validate ships), and the properties deploy/README.md promises hold: the
-webhook's scope, its hardening, its TLS wiring, the image's user and contents.
+webhook's scope, its hardening, its TLS wiring (and, self-signed, RBAC limited to its own
+Secret and configuration), the image's user and contents.
 
 kubectl (and openssl, for the static-tls overlay) are real programs run as subprocesses;
 without them the tests skip, except under CI=true, where they fail.
@@ -24,7 +25,10 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from sidecar.cli import build_parser
+from sidecar.cli import webhook as webhook_cli
 from sidecar.kube.config import load_config
+from sidecar.testing import kubeapi
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"
@@ -32,8 +36,12 @@ WEBHOOK = DEPLOY / "webhook"
 EXAMPLES = sorted((DEPLOY / "examples").glob("*.yaml"))
 
 KUBERNETES_VERSIONS = ("1.29.0", latest_version())
-# deploy/webhook itself, and each overlay it may be installed as.
-KUSTOMIZATIONS = ("webhook", "webhook/overlays/cert-manager", "webhook/overlays/static-tls")
+SELF_SIGNED = "webhook/overlays/self-signed"
+# deploy/webhook itself and the overlays that serve a certificate from files (cert-manager's
+# or the operator's), and the one where the webhook makes its own.
+FILE_TLS = ("webhook", "webhook/overlays/cert-manager", "webhook/overlays/static-tls")
+KUSTOMIZATIONS = (*FILE_TLS, SELF_SIGNED)
+RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
 NAMESPACE = "effect-sidecar-system"
 NEVER_INJECTED = {"kube-system", "kube-public", "kube-node-lease", NAMESPACE}
 SERVICE_DNS = f"effect-sidecar-webhook.{NAMESPACE}.svc"
@@ -226,7 +234,6 @@ def test_webhook_deployment_is_hardened(rendered: dict[str, list[Obj]], name: st
     assert deployment["spec"]["replicas"] == 2
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 1337
-    assert pod["automountServiceAccountToken"] is False
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
@@ -239,6 +246,30 @@ def test_webhook_deployment_is_hardened(rendered: dict[str, list[Obj]], name: st
             "port": "https",
             "scheme": "HTTPS",
         }
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["config"] == "/etc/effect-sidecar"
+    config_map = one(objects, "ConfigMap", volumes["config"]["configMap"]["name"])
+    assert "inject.yaml" in config_map["data"]
+    # The PodDisruptionBudget guards these pods.
+    budget = one(objects, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    assert (
+        budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    )
+    cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ClusterRole"}
+    namespaced = [o for o in objects if o["kind"] not in cluster_scoped | {"ClusterRoleBinding"}]
+    assert {o["metadata"]["namespace"] for o in namespaced} == {NAMESPACE}
+
+
+@pytest.mark.parametrize("name", FILE_TLS)
+def test_file_tls_serves_the_mounted_secret_and_calls_no_api(
+    rendered: dict[str, list[Obj]], name: str
+) -> None:
+    objects = rendered[name]
+    deployment = one(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
     assert container["args"] == [
         "webhook",
         "--listen",
@@ -250,28 +281,15 @@ def test_webhook_deployment_is_hardened(rendered: dict[str, list[Obj]], name: st
         "--config",
         "/etc/effect-sidecar/inject.yaml",
     ]
-    # The files the args name are mounted: the TLS Secret and the ConfigMap.
+    # The files the args name are mounted: the TLS Secret.
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert mounts["tls"] == "/tls"
-    assert mounts["config"] == "/etc/effect-sidecar"
-    config_map = one(objects, "ConfigMap", volumes["config"]["configMap"]["name"])
-    assert "inject.yaml" in config_map["data"]
     tls_secret = volumes["tls"]["secret"]["secretName"]
     assert tls_secret.startswith("effect-sidecar-webhook-tls")
-    # The PodDisruptionBudget guards these pods; no RBAC exists, since none is used.
-    budget = one(objects, "PodDisruptionBudget")
-    assert budget["spec"]["minAvailable"] == 1
-    assert (
-        budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
-    )
-    assert not {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} & {
-        o["kind"] for o in objects
-    }
-    namespaced = [
-        o for o in objects if o["kind"] not in {"Namespace", "MutatingWebhookConfiguration"}
-    ]
-    assert {o["metadata"]["namespace"] for o in namespaced} == {NAMESPACE}
+    # No token and no RBAC, since no API is called.
+    assert pod["automountServiceAccountToken"] is False
+    assert not RBAC_KINDS & {o["kind"] for o in objects}
 
 
 def test_injection_config_loads_and_matches_the_webhook(
@@ -345,6 +363,141 @@ def test_static_tls_overlay_carries_the_operators_ca(
         check=False,
     )
     assert "does match certificate" in done.stdout, done.stdout + done.stderr
+
+
+def options(args: list[str]) -> dict[str, str]:
+    """``--flag value`` pairs of a container's args after the verb."""
+    assert args[0] == "webhook"
+    pairs = args[1:]
+    assert all(flag.startswith("--") for flag in pairs[::2]), pairs
+    return dict(zip(pairs[::2], pairs[1::2], strict=True))
+
+
+def self_signed_parts(objects: list[Obj]) -> tuple[Obj, Obj, dict[str, str]]:
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return pod, container, options(container["args"])
+
+
+def test_self_signed_overlay_makes_its_own_tls(rendered: dict[str, list[Obj]]) -> None:
+    objects = rendered[SELF_SIGNED]
+    pod, container, args = self_signed_parts(objects)
+    assert "--tls-cert" not in args
+    assert "--tls-key" not in args
+    # The configuration it patches is the one rendered, still without a caBundle or a
+    # cainjector annotation: the webhook sets the caBundle.
+    configuration = one(objects, "MutatingWebhookConfiguration")
+    assert args["--webhook-configuration"] == configuration["metadata"]["name"]
+    (webhook,) = configuration["webhooks"]
+    assert "caBundle" not in webhook["clientConfig"]
+    assert "annotations" not in configuration["metadata"]
+    # The certificate is for the Service the API server calls, in the webhook's namespace.
+    service = webhook["clientConfig"]["service"]
+    assert args["--service"] in {service["name"], f"{service['name']}.{service['namespace']}"}
+    assert service["namespace"] == NAMESPACE
+    # The pair goes to a writable emptyDir (the root filesystem stays read-only); the
+    # Secret is read through the API, never mounted, and not rendered (the webhook makes it).
+    mount = one_mount(container, args["--cert-dir"])
+    assert mount.get("readOnly") is not True
+    volume = {v["name"]: v for v in pod["volumes"]}[mount["name"]]
+    assert set(volume) == {"name", "emptyDir"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert not {"Secret", *CERT_MANAGER_KINDS} & {o["kind"] for o in objects}
+    # Its token, for the rights below; and a startup probe, since nothing listens until
+    # the certificate is there.
+    assert pod["automountServiceAccountToken"] is True
+    assert container["startupProbe"]["httpGet"] == container["readinessProbe"]["httpGet"]
+    assert (
+        container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"]
+        >= 60
+    )
+    # `sidecar webhook` itself accepts the args as a complete self-signed setup.
+    parsed = build_parser().parse_args(container["args"])
+    webhook_cli.tls_mode(parsed)
+    assert parsed.self_signed_secret == args["--self-signed-secret"]
+
+
+def one_mount(container: Obj, path: str) -> Obj:
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == path]
+    return mount
+
+
+def rule_set(rules: list[Obj]) -> set[tuple[tuple[str, ...], ...]]:
+    return {
+        tuple(
+            (key, *sorted(rule.get(key, ())))
+            for key in ("apiGroups", "resources", "resourceNames", "verbs")
+        )
+        for rule in rules
+    }
+
+
+def test_self_signed_rbac_is_its_secret_and_its_configuration_only(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    objects = rendered[SELF_SIGNED]
+    pod, _, args = self_signed_parts(objects)
+    secret, configuration = args["--self-signed-secret"], args["--webhook-configuration"]
+    role = one(objects, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert len(role["rules"]) == 2
+    # get/update name the Secret; create cannot (its request has no name yet)
+    assert rule_set(role["rules"]) == rule_set(
+        [
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "resourceNames": [secret],
+                "verbs": ["get", "update"],
+            },
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        ]
+    )
+    cluster_role = one(objects, "ClusterRole")
+    assert len(cluster_role["rules"]) == 1
+    assert rule_set(cluster_role["rules"]) == rule_set(
+        [
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["mutatingwebhookconfigurations"],
+                "resourceNames": [configuration],
+                "verbs": ["get", "patch"],
+            }
+        ]
+    )
+    for rule in role["rules"] + cluster_role["rules"]:
+        assert "*" not in {*rule["verbs"], *rule["resources"], *rule["apiGroups"]}
+    account = {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}
+    for binding, kind in (("RoleBinding", "Role"), ("ClusterRoleBinding", "ClusterRole")):
+        bound = one(objects, binding)
+        assert bound["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": kind,
+            "name": one(objects, kind)["metadata"]["name"],
+        }
+        assert bound["subjects"] == [account]
+
+    # What those rules let the webhook's service account do, by RBAC's own matching.
+    grants = kubeapi.grants_from_manifests(objects)
+    user = kubeapi.service_account(NAMESPACE, pod["serviceAccountName"])
+    secrets, webhooks = kubeapi.KINDS[kubeapi.SECRETS], kubeapi.KINDS[kubeapi.WEBHOOKS]
+
+    def may(verb: str, kind: kubeapi.Kind, name: str, namespace: str = NAMESPACE) -> bool:
+        return kubeapi.permits(grants, user, verb, kind, namespace, name)
+
+    assert may("get", secrets, secret)
+    assert may("update", secrets, secret)
+    assert may("create", secrets, "")
+    assert may("get", webhooks, configuration)
+    assert may("patch", webhooks, configuration)
+    assert not may("get", secrets, "effect-sidecar-store")
+    assert not may("list", secrets, "")
+    assert not may("delete", secrets, secret)
+    assert not may("get", secrets, secret, namespace="agents")
+    assert not may("create", secrets, "", namespace="agents")
+    assert not may("patch", webhooks, "someone-elses-webhook")
+    assert not may("update", webhooks, configuration)
+    assert not may("delete", webhooks, configuration)
 
 
 def test_example_job_opts_in_and_names_its_task(rendered: dict[str, list[Obj]]) -> None:

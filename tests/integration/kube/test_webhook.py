@@ -15,6 +15,7 @@ import pytest
 
 from sidecar.errors import ConfigError
 from sidecar.kube.config import InjectConfig
+from sidecar.kube.inject import JOB_END_WARNING
 from sidecar.kube.webhook import start
 from sidecar.testing import certs
 from tests.unit.kube.manifests import (
@@ -90,6 +91,17 @@ async def test_the_fallback_shape_round_trips_too(webhook, client):
     patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
     assert_valid(patched, FALLBACK_VERSIONS)
     assert patched["spec"]["containers"][0]["name"] == "effect-sidecar"
+    assert "warnings" not in response, "not a Job's pod: nothing to end"
+
+
+async def test_a_job_pod_in_the_fallback_shape_comes_back_with_a_warning(webhook, client):
+    pod = load(AGENT_POD)
+    pod["metadata"]["annotations"]["effect-sidecar.io/native-sidecar"] = "false"
+    pod["metadata"]["labels"] = {"job-name": "agent-312", "effect-sidecar.io/inject": "true"}
+    async with client.post(f"{webhook}/mutate", json=admission(pod)) as answer:
+        response = (await answer.json())["response"]
+    assert response["allowed"] is True
+    assert response["warnings"] == [JOB_END_WARNING]
 
 
 async def test_a_bad_annotation_is_refused_with_its_name(webhook, client):

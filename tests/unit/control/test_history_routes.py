@@ -6,7 +6,7 @@ import io
 import json
 
 from sidecar.domain.model import EffectState, RecordedResponse
-from tests.unit.control.conftest import claim
+from tests.unit.conftest import claim
 from tests.unit.control.test_tasks_routes import problem_of
 
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from unittest import mock
+
+from aiohttp.test_utils import make_mocked_request
+
 from sidecar.errors import StoreUnavailable
+from sidecar.readiness import Readiness
 from sidecar.store.memory import MemoryStore
-from tests.unit.control.conftest import claim
+from tests.unit.conftest import claim
 from tests.unit.control.test_tasks_routes import problem_of
 
 
@@ -103,3 +109,45 @@ async def test_unknown_routes_and_methods_are_problems(client):
     response = await client.delete("/v1/tasks/312")
     await problem_of(response, 405, "method_not_allowed")
     assert "GET" in response.headers["Allow"]
+
+
+async def test_readyz_waits_for_every_part_of_the_sidecar_and_says_which(make_client):
+    readiness = Readiness()
+    readiness.require("lease", "the lease of task 312 is not held yet")
+    client = await make_client(readiness=readiness)
+    response = await client.get("/readyz")
+    body = await problem_of(response, 503, "not_ready")
+    assert body["pending"] == {"lease": "the lease of task 312 is not held yet"}
+    assert response.headers["Retry-After"] == "1"
+    readiness.met("lease")
+    assert (await client.get("/readyz")).status == 200
+
+
+async def test_shutdown_asks_the_process_to_stop_and_is_open_to_loopback_only(make_client):
+    asked = asyncio.Event()
+    client = await make_client(token="s3cret", shutdown=asked.set)
+    response = await client.post("/v1/shutdown")  # the test client connects from 127.0.0.1
+    assert response.status == 202
+    assert await response.json() == {"status": "stopping"}
+    await asyncio.wait_for(asked.wait(), timeout=5)
+
+    # The same request from another host (a pod IP) needs the token.
+    app = client.app
+    stranger = make_mocked_request(
+        "POST", "/v1/shutdown", app=app, transport=_peer("10.0.0.7"), headers={}
+    )
+    handler = app._handle  # the middleware chain around the route
+    refused = await handler(stranger)
+    assert refused.status == 401
+
+
+async def test_shutdown_without_a_process_to_stop_is_not_found(client):
+    await problem_of(await client.post("/v1/shutdown"), 404, "not_found")
+
+
+def _peer(host: str) -> mock.Mock:
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (
+        (host, 40000) if name == "peername" else default
+    )
+    return transport

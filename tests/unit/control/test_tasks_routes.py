@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.control.conftest import claim
+from tests.unit.conftest import claim
 
 PROBLEM = "application/problem+json"
 

@@ -11,7 +11,7 @@ import pytest
 from sidecar.errors import InvalidInjection
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.containers import BUNDLE, TRUST_VARIABLES
-from sidecar.kube.inject import inject
+from sidecar.kube.inject import JOB_END_WARNING, inject
 from tests.unit.kube.manifests import (
     AGENT_POD,
     ALL,
@@ -74,6 +74,7 @@ def test_the_sidecar_serves_transparently_on_loopback_with_a_token_and_the_store
     assert flags == {
         "--mode": "transparent",
         "--data-dir": "/var/run/effect-sidecar",
+        "--ca-bundle": "/var/run/effect-sidecar-trust/ca-bundle.pem",
         "--control-listen": "0.0.0.0:7300",
         "--control-token-file": "/etc/effect-sidecar/control/token",
         "--proxy-listen": "127.0.0.1:7301",
@@ -141,11 +142,24 @@ def test_every_app_container_trusts_the_bundle_but_keeps_a_variable_it_sets_itse
         assert env[name] == BUNDLE
     assert env["OPENAI_API_KEY"] == {"secretKeyRef": {"name": "openai", "key": "key"}}
     assert {
-        "name": "effect-sidecar-data",
-        "mountPath": "/var/run/effect-sidecar",
+        "name": "effect-sidecar-trust",
+        "mountPath": "/var/run/effect-sidecar-trust",
         "readOnly": True,
     } in agent["volumeMounts"]
     assert status(manifest)["keptEnv"] == {"agent": ["REQUESTS_CA_BUNDLE"]}
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_no_app_container_mounts_the_sidecars_data_where_the_ca_key_lives(name):
+    pod = pod_template(injected(ALL[name]))
+    spec = pod["spec"]
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        volumes = {mount["name"] for mount in container.get("volumeMounts", [])}
+        if container["name"] == "effect-sidecar":
+            assert {"effect-sidecar-data", "effect-sidecar-trust"} <= volumes
+        else:
+            assert "effect-sidecar-data" not in volumes, container["name"]
+    assert BUNDLE.startswith("/var/run/effect-sidecar-trust/")
 
 
 def test_native_sidecars_serve_the_pods_own_init_containers_too():
@@ -201,6 +215,35 @@ def test_fallback_leaves_the_pods_init_containers_untouched_and_before_the_redir
     assert clone == pod_template(load(JOB_WITH_INIT))["spec"]["initContainers"][0]
 
 
+def test_a_job_in_the_fallback_shape_is_warned_how_it_will_end():
+    fallback = InjectConfig(native_sidecar=False)
+    for text in (JOB_PLAIN, CRONJOB):
+        outcome = inject(load(text), "agents", fallback)
+        assert outcome.warnings == (JOB_END_WARNING,)
+        assert "/v1/shutdown" in JOB_END_WARNING
+        assert len(JOB_END_WARNING) < 256, "the API server may cut longer warnings"
+    # What the webhook sees: the pod the Job controller made, owned by the Job.
+    pod = load(AGENT_POD)
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "agent-312", "uid": "u-1"}
+    ]
+    assert inject(pod, "agents", fallback).warnings == (JOB_END_WARNING,)
+    # Native sidecars end with the agent; other workloads do not end at all.
+    assert inject(load(JOB_PLAIN), "agents", CONFIG).warnings == ()
+    assert inject(load(DEPLOYMENT), "agents", fallback).warnings == ()
+
+
+def test_a_job_pod_with_only_the_prefixed_job_label_takes_its_task_from_it():
+    pod = load(AGENT_POD)
+    del pod["metadata"]["annotations"]["effect-sidecar.io/task"]
+    pod["metadata"].setdefault("labels", {})["batch.kubernetes.io/job-name"] = "agent-312"
+    sidecar = named(inject(pod, "agents", CONFIG).manifest, "effect-sidecar")
+    task = next(item for item in sidecar["env"] if item["name"] == "SIDECAR_TASK")
+    assert task["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['batch.kubernetes.io/job-name']"
+    )
+
+
 def test_config_native_sidecar_false_is_the_cluster_wide_fallback():
     config = InjectConfig(native_sidecar=False)
     manifest = injected(JOB_PLAIN, config=config)
@@ -250,7 +293,12 @@ def test_the_status_annotation_says_what_was_added():
         "nativeSidecar": True,
         "initContainers": ["effect-sidecar-redirect", "effect-sidecar"],
         "containers": [],
-        "volumes": ["effect-sidecar-data", "effect-sidecar-control-token", "effect-sidecar-rules"],
+        "volumes": [
+            "effect-sidecar-data",
+            "effect-sidecar-trust",
+            "effect-sidecar-control-token",
+            "effect-sidecar-rules",
+        ],
         "task": "metadata.name",
     }
 
@@ -387,12 +435,13 @@ def test_the_schema_check_itself_refuses_an_unknown_field():
         assert_valid(manifest, NATIVE_VERSIONS)
 
 
-def test_an_app_mount_where_the_bundle_goes_is_an_error():
+@pytest.mark.parametrize("path", ["/var/run/effect-sidecar/", "/var/run/effect-sidecar-trust"])
+def test_an_app_mount_where_the_sidecars_volumes_go_is_an_error(path):
     manifest = load(AGENT_POD)
     manifest["spec"]["containers"][0]["volumeMounts"].append(
-        {"name": "workspace", "mountPath": "/var/run/effect-sidecar/"}
+        {"name": "workspace", "mountPath": path}
     )
-    with pytest.raises(InvalidInjection, match="already mounts something at /var/run"):
+    with pytest.raises(InvalidInjection, match=f"already mounts something at {path}"):
         inject(manifest, "agents", CONFIG)
 
 

@@ -282,3 +282,20 @@ async def test_replays_come_from_memory_and_are_audited_once_per_attempt(world):
     await asyncio.sleep(0)  # let the background audit line land
     events = [e.event for e in await store.effect_events("312")]
     assert events == ["pending", "completed", "replayed"]
+
+
+async def test_an_effect_that_never_reached_the_upstream_is_failed_and_simply_sent_again(world):
+    """Connection refused, name not resolved, TLS certificate not trusted: the connector
+    failed before a byte was written, so nothing needs probing or a human."""
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(UpstreamError("connect: certificate verify failed", sent=False))
+    lost = await call(world, "312", request("notes.test", "/notes", {"text": "hi"}))
+    assert (lost.status, json.loads(lost.body)["code"]) == (502, "upstream_failed")
+    assert "nothing was sent" in json.loads(lost.body)["detail"]
+    (effect,) = await store.effects("312")
+    assert effect.state is EffectState.FAILED
+    upstream.answers.append(reply(201, {"id": 1}))
+    again = await call(world, "312", request("notes.test", "/notes", {"text": "hi"}))
+    assert (again.status, again.disposition) == (201, "recorded")
+    assert len(upstream.sent) == 2

@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -47,7 +48,18 @@ def report(status: int, headers: dict[str, str], body: bytes, *, digest: bool = 
             line["body"] = json.loads(text)
         except ValueError:
             line["body"] = text
-    print(json.dumps(line), flush=True)
+    say(json.dumps(line))
+
+
+_SAYING = threading.Lock()
+
+
+def say(text: str) -> None:
+    """One whole line: print() writes the text and its newline separately, so lines of
+    parallel steps could interleave ("{...}{...}\n\n")."""
+    with _SAYING:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
 
 def with_requests(step: dict[str, Any]) -> None:
@@ -143,7 +155,7 @@ def run(client: str, step: dict[str, Any]) -> None:
         try:
             CLIENTS[client](step)
         except Exception as error:
-            print(json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
+            say(json.dumps({"error": f"{type(error).__name__}: {error}"}))
 
 
 def main() -> None:

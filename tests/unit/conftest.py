@@ -1,4 +1,5 @@
-"""A control app over the in-memory store and a manual clock, for route tests."""
+"""A control app over the in-memory store and a manual clock: the control API's route
+tests, and the parts that act through it (the PostgreSQL relay's writes before a release)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ def memory_store(clock: ManualClock) -> MemoryStore:
 def make_client(
     aiohttp_client: Callable[..., Awaitable[Client]], memory_store: MemoryStore, clock: ManualClock
 ) -> Callable[..., Awaitable[Client]]:
-    async def make(token: str | None = None, store: Any = None) -> Client:
+    async def make(token: str | None = None, store: Any = None, **options: Any) -> Client:
         metrics = Metrics()
         used = store or memory_store
         used.observer = MetricsObserver(metrics)
-        return await aiohttp_client(make_app(used, metrics=metrics, clock=clock, token=token))
+        app = make_app(used, metrics=metrics, clock=clock, token=token, **options)
+        return await aiohttp_client(app)
 
     return make
 

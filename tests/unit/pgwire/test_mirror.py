@@ -1,0 +1,65 @@
+"""The relay's background effect-log writes land before the attempt's lease is released.
+
+After a statement commits, its ``completed`` is written in the background (held back a
+moment to share a commit). An agent that exits at once is followed by ``sidecar exec``
+releasing the lease; a write arriving after that is refused as stale, and the log would
+show the next attempt settling what this one did. The release route waits for them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sidecar.domain.model import EffectState
+from sidecar.metrics import Metrics
+from sidecar.pgwire.mirror import Done, LogMirror, Mirrors
+from sidecar.proxy.bindings import Binding
+
+KEY = "seed-order-statuses"
+
+
+async def ran_and_committed(store, mirrors: Mirrors) -> tuple[str, int]:
+    """Attempt 1 ran the statement and its transaction committed just now: the effect is
+    pending in the log, its completion held back in the connection's mirror."""
+    claim = await store.claim("312", "worker-a", 60)
+    await store.record_pending(
+        "312", KEY, claim.attempt_id, claim.generation,
+        kind="sql", rule="postgres.dml", fingerprint="sha256:x", idempotency_key=None,
+        request={"database": "shop_312"},
+    )  # fmt: skip
+    binding = Binding(
+        "312", claim.attempt_id, claim.generation, "worker-a", datetime.now(UTC), 60, "default"
+    )
+    mirror = LogMirror(store, Metrics(), "shop_312", mirrors)
+    mirror.ended(Done(binding, KEY, "postgres.dml", "INSERT 0 3"), committed=True)
+    return claim.attempt_id, claim.generation
+
+
+async def test_a_release_waits_for_the_connections_held_back_writes(make_client, memory_store):
+    mirrors = Mirrors()
+    client = await make_client(before_release=mirrors.settle)
+    attempt_id, generation = await ran_and_committed(memory_store, mirrors)
+
+    released = await client.post(
+        "/v1/tasks/312/release", json={"attempt_id": attempt_id, "generation": generation}
+    )
+
+    assert released.status == 200
+    effect = await memory_store.effect("312", KEY)
+    assert effect.state is EffectState.COMPLETED
+    assert effect.attempt_id == attempt_id
+
+
+async def test_without_waiting_the_completion_comes_too_late(make_client, memory_store):
+    """What the wait prevents (and what this test suite would miss without it)."""
+    mirrors = Mirrors()
+    client = await make_client()
+    attempt_id, generation = await ran_and_committed(memory_store, mirrors)
+
+    await client.post(
+        "/v1/tasks/312/release", json={"attempt_id": attempt_id, "generation": generation}
+    )
+    await mirrors.settle()
+
+    effect = await memory_store.effect("312", KEY)
+    assert effect.state is EffectState.PENDING, "refused as stale after the release"
