@@ -98,6 +98,13 @@ class Child:
                     )
                 self._arrived.wait(left)
 
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait for the child to exit on its own, and for its last stdout lines to be
+        read: ``proc.wait()`` alone can return before the reader thread saw them."""
+        status = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=timeout)
+        return status
+
     def kill(self) -> int:
         """SIGKILL the child (no cleanup runs in it) and reap it; return its exit status."""
         if self.proc.poll() is None:

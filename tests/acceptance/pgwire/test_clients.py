@@ -155,12 +155,12 @@ def test_psql_runs_a_script_through_it(world: PostgresWorld, tmp_path: Path) -> 
     script = tmp_path / "report.sql"
     script.write_text("SELECT 'count=' || count(*) FROM items;\n\\echo done\n")
     psql = world.direct("psql", "-X", "-At", "-f", str(script))
-    psql.proc.wait(timeout=30)  # the direct run: the same output as through the sidecar
+    psql.wait(timeout=30)  # the direct run: the same output as through the sidecar
     env_through = world.agent_env()
     through = world.direct(
         "env", *[f"{k}={v}" for k, v in env_through.items()], "psql", "-X", "-At", "-f", str(script)
     )
-    assert through.proc.wait(timeout=30) == 0
+    assert through.wait(timeout=30) == 0
     assert through.lines == psql.lines == ["count=0", "done"]
 
 

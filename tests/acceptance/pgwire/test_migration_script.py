@@ -68,13 +68,13 @@ def test_through_the_sidecar_the_second_attempt_succeeds_and_changes_nothing(
     world: PostgresWorld, migration: Path
 ) -> None:
     first = world.agent("worker-a", *psql(migration))
-    assert first.proc.wait(timeout=60) == 0
+    assert first.wait(timeout=60) == 0
     schema_after_first = world.rows(
         "SELECT table_name, column_name FROM information_schema.columns"
         " WHERE table_schema = 'public' ORDER BY 1, 2"
     )
     second = world.agent("worker-b", *psql(migration))
-    assert second.proc.wait(timeout=60) == 0
+    assert second.wait(timeout=60) == 0
 
     # The outside world: the schema changed once, the seed rows are there once.
     assert status_columns(world) == 1
