@@ -25,7 +25,7 @@ import aiohttp
 
 from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
 from sidecar.leasekeeper import ControlLeases, Held, LeaseKeeper
-from sidecar.proxy.ca import TRUST_VARIABLES
+from sidecar.trust import TRUST_VARIABLES
 
 log = logging.getLogger("sidecar.exec")
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from sidecar.kube import annotations as notes
 from sidecar.kube.config import InjectConfig
+from sidecar.trust import TRUST_VARIABLES
 
 SIDECAR = "effect-sidecar"
 REDIRECT = "effect-sidecar-redirect"
@@ -31,15 +32,6 @@ PROXY_PORT = 7301
 PG_PORT = 7302
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 NO_PROXY = "127.0.0.1,localhost,::1"
-TRUST_VARIABLES = (  # the same list as sidecar.proxy.ca, without importing mitmproxy
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-    "GIT_SSL_CAINFO",
-    "PIP_CERT",
-    "AWS_CA_BUNDLE",
-)
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
 NO_PROXY_VARIABLES = ("NO_PROXY", "no_proxy")
 #: Waits for readiness in a postStart hook (fallback shape): the image has Python.

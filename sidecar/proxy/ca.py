@@ -31,21 +31,12 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from mitmproxy import certs
 
 from sidecar.errors import ConfigError
+from sidecar.trust import TRUST_VARIABLES
 
 log = logging.getLogger("sidecar.proxy.ca")
 
 CONF_BASENAME = "mitmproxy"  # mitmproxy's tlsconfig addon reads this name from confdir
 
-#: Every variable some client reads for extra CAs (curl, git, Python, Node, pip, AWS).
-TRUST_VARIABLES = (
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-    "GIT_SSL_CAINFO",
-    "PIP_CERT",
-    "AWS_CA_BUNDLE",
-)
 
 #: The files read from ``--ca-from DIR`` (the Kubernetes TLS Secret layout).
 SOURCE_CERTS = ("tls.crt", "ca.crt")  # the first one present is used

@@ -179,24 +179,5 @@ def _reach() -> list[str]:
 
 
 def sidecar_argv(verb: str, *args: str) -> list[str]:
-    """``python -m sidecar VERB ARGS`` with this interpreter; for a verb module not (yet)
-    registered in :mod:`sidecar.cli`, the same through a parser holding only that verb."""
-    from sidecar import cli  # noqa: PLC0415 - only callers that start processes need it
-
-    registered = {module.__name__.rsplit(".", 1)[-1] for module in cli.VERBS}
-    if verb in registered:
-        return [sys.executable, "-m", "sidecar", verb, *args]
-    shim = (
-        "import argparse, importlib, sys\n"
-        "from sidecar.errors import SidecarError\n"
-        f"module = importlib.import_module('sidecar.cli.{verb}')\n"
-        "parser = argparse.ArgumentParser(prog='sidecar')\n"
-        "module.register(parser.add_subparsers(dest='verb', required=True))\n"
-        "args = parser.parse_args(sys.argv[1:])\n"
-        "try:\n"
-        "    sys.exit(args.run(args))\n"
-        "except SidecarError as error:\n"
-        "    print(f'sidecar: {error.detail}', file=sys.stderr)\n"
-        "    sys.exit(2)\n"
-    )
-    return [sys.executable, "-c", shim, verb, *args]
+    """``python -m sidecar VERB ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "sidecar", verb, *args]

@@ -10,25 +10,10 @@ import yaml
 from sidecar.kube.inject import JOB_END_WARNING
 from tests.unit.kube.manifests import AGENT_POD, CRONJOB, FALLBACK_VERSIONS, assert_valid
 
-# Until the verb is registered in sidecar.cli, the process builds the same parser itself.
-ENTRY = (
-    "import argparse, sys\n"
-    "from sidecar.cli import inject\n"
-    "from sidecar.errors import SidecarError\n"
-    "parser = argparse.ArgumentParser(prog='sidecar')\n"
-    "inject.register(parser.add_subparsers(dest='verb', required=True))\n"
-    "args = parser.parse_args(sys.argv[1:])\n"
-    "try:\n"
-    "    sys.exit(args.run(args))\n"
-    "except SidecarError as error:\n"
-    "    print(f'sidecar: {error.detail}', file=sys.stderr)\n"
-    "    sys.exit(2)\n"
-)
-
 
 def sidecar_inject(stdin: str, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", ENTRY, "inject", *argv],
+        [sys.executable, "-m", "sidecar", "inject", *argv],
         input=stdin,
         capture_output=True,
         text=True,

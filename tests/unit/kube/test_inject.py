@@ -10,8 +10,9 @@ import pytest
 
 from sidecar.errors import InvalidInjection
 from sidecar.kube.config import InjectConfig
-from sidecar.kube.containers import BUNDLE, TRUST_VARIABLES
+from sidecar.kube.containers import BUNDLE
 from sidecar.kube.inject import JOB_END_WARNING, inject
+from sidecar.trust import TRUST_VARIABLES
 from tests.unit.kube.manifests import (
     AGENT_POD,
     ALL,
@@ -476,12 +477,6 @@ def test_in_env_proxy_mode_the_sidecars_uid_is_no_concern():
     manifest["metadata"]["annotations"]["effect-sidecar.io/mode"] = "env-proxy"
     manifest["spec"]["securityContext"] = {"runAsUser": 1337}
     assert inject(manifest, "agents", CONFIG).injected
-
-
-def test_the_apps_get_every_variable_sidecar_exec_sets_for_the_bundle():
-    from sidecar.proxy import ca  # noqa: PLC0415 - mitmproxy; only this test needs it
-
-    assert TRUST_VARIABLES == ca.TRUST_VARIABLES
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
