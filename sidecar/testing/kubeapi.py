@@ -52,6 +52,7 @@ import jsonpointer
 from aiohttp import web
 
 from sidecar.testing import certs
+from sidecar.testing.served import ThreadedApp
 
 SECRETS = "secrets"
 WEBHOOKS = "mutatingwebhookconfigurations"
@@ -619,9 +620,7 @@ class KubeApiServer:
         self.directory = directory
         self.url = ""
         self.ca_file = directory / "kube-ca.crt"
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="kubeapi", daemon=True)
-        self._runner: web.AppRunner | None = None
+        self._served: ThreadedApp | None = None
 
     def __enter__(self) -> KubeApiServer:
         ca_cert, ca_key = certs.make_ca("kubeapi emulator CA")
@@ -631,22 +630,10 @@ class KubeApiServer:
         cert_file, key_file = certs.write_ca(self.directory / "kube-serving", cert, key)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert_file, key_file)
-        self._thread.start()
-
-        async def start() -> str:
-            runner = web.AppRunner(self.api.app(), access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
-            self._runner = runner
-            host, port = runner.addresses[0][:2]
-            return f"https://{host}:{port}"
-
-        self.url = asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout=10)
+        self._served = ThreadedApp(self.api.app(), ssl_context=context)
+        self.url = self._served.__enter__()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
+        if self._served is not None:
+            self._served.__exit__(*exc_info)

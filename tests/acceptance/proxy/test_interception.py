@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import ipaddress
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +15,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from sidecar.testing.served import ThreadedApp
 
 pytestmark = pytest.mark.acceptance
 
@@ -57,37 +57,14 @@ def pinned_upstream(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     cert, key = self_signed(tmp_path)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    address: list[str] = []
 
     async def hello(request: web.Request) -> web.Response:
         return web.json_response({"hello": "directly"})
 
-    async def serve() -> web.AppRunner:
-        app = web.Application()
-        app.router.add_get("/hello", hello)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-        await site.start()
-        address.append(f"https://127.0.0.1:{runner.addresses[0][1]}")
-        return runner
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        runner = loop.run_until_complete(serve())
-        ready.set()
-        loop.run_forever()
-        loop.run_until_complete(runner.cleanup())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    ready.wait(10)
-    yield address[0], cert
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    app = web.Application()
+    app.router.add_get("/hello", hello)
+    with ThreadedApp(app, ssl_context=context) as url:
+        yield url, cert
 
 
 def test_a_host_no_rule_names_is_tunnelled_without_interception(stack, pinned_upstream):

@@ -18,6 +18,7 @@ from sidecar.kube.config import InjectConfig
 from sidecar.kube.inject import JOB_END_WARNING
 from sidecar.kube.webhook import start
 from sidecar.testing import certs
+from sidecar.testing.served import stop_runner
 from tests.unit.kube.manifests import (
     AGENT_POD,
     FALLBACK_VERSIONS,
@@ -44,7 +45,7 @@ async def webhook(tls: tuple[Path, Path]) -> AsyncIterator[str]:
     try:
         yield url
     finally:
-        await runner.cleanup()
+        await stop_runner(runner)
 
 
 @pytest.fixture

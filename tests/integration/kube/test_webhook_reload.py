@@ -19,6 +19,7 @@ from sidecar.errors import ConfigError
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.webhook import RELOADER, CertReloader, stamp, start
 from sidecar.testing import certs
+from sidecar.testing.served import stop_runner
 
 RELOAD_S = 0.05
 PATIENCE_S = 10.0
@@ -92,7 +93,7 @@ async def serving() -> AsyncIterator[Callable[[Path, Path], Awaitable[tuple[str,
         yield run
     finally:
         for runner in runners:
-            await runner.cleanup()
+            await stop_runner(runner)
 
 
 async def test_a_renewed_pair_is_served_to_new_connections_and_a_mismatched_key_is_not(
