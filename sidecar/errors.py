@@ -26,7 +26,9 @@ translated into :class:`StoreUnavailable` at the store boundary and nowhere else
     │   ├── LeaseExpiring      this sidecar's lease is about to expire un-renewed (self-fencing)
     │   ├── EffectSettling     an older attempt may still land the effect; wait before probing
     │   └── ProbeFailed        the evidence check could not be made
-    └── UpstreamFailed         the upstream answered 5xx, timed out or reset: outcome unknown
+    ├── UpstreamFailed         the upstream answered 5xx, timed out or reset: outcome unknown
+    └── SidecarFault           something unexpected inside the effect path: answered, never
+                               forwarded un-recorded (SPEC §3.6)
 """
 
 from __future__ import annotations
@@ -319,3 +321,14 @@ class UpstreamFailed(SidecarError):
         self.timeout = timeout
         if timeout:
             self.http_status = 504
+
+
+class SidecarFault(SidecarError):
+    """Something unexpected went wrong inside the effect path (a bug, a value a client
+    library refused).  The request is answered by the sidecar with this, never handed to
+    the proxy engine to forward on its own; whatever was recorded first stays pending,
+    which a later attempt treats as unknown (SPEC §3.6)."""
+
+    code = "sidecar_error"
+    status = 500
+    title = "Sidecar error"

@@ -5,6 +5,7 @@ Plain values, free of mitmproxy types, so the effect flow is testable without a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,6 +32,26 @@ class AgentRequest:
     @property
     def body(self) -> bytes:
         return self.facts.body or b""
+
+
+# RFC 9110 §5.5: a field value has no control characters but HTAB; §5.1: a name is a token.
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def unsendable_header(headers: Headers) -> str | None:
+    """Why these header fields cannot be sent upstream as they are, or None.
+
+    mitmproxy accepts some fields an HTTP client library refuses to send (a NUL in a value,
+    say); such a request is refused before anything is recorded, instead of failing
+    between recording and forwarding.
+    """
+    for name, value in headers:
+        if _TOKEN.fullmatch(name) is None:
+            return f"header name {name!r} is not an HTTP token"
+        if _BAD_VALUE.search(value) is not None:
+            return f"header {name} has a control character in its value"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,9 +35,11 @@ from sidecar.errors import (
     EffectExists,
     EffectSettling,
     EffectUnknown,
+    InvalidRequest,
     PayloadMismatch,
     PayloadTooLarge,
     SidecarError,
+    SidecarFault,
     StaleGeneration,
     StoreUnavailable,
     TaskUnbound,
@@ -46,7 +48,7 @@ from sidecar.errors import (
 from sidecar.metrics import Metrics
 from sidecar.proxy.bindings import Binding, Bindings
 from sidecar.proxy.codecs import Codec, Content, Described, GitPushCodec, HttpCodec, codec_for
-from sidecar.proxy.exchange import AgentRequest, Answer, Sender, refusal
+from sidecar.proxy.exchange import AgentRequest, Answer, Sender, refusal, unsendable_header
 from sidecar.proxy.redact import recordable_response_headers, request_summary
 from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.rules import EffectKind, OnDivergence, OnUnknown, RuleMatch, RuleSet
@@ -117,6 +119,9 @@ class EffectGuard:
                 error.detail,
                 extra=_fields(binding, rule) | {"code": error.code},
             )
+        except Exception as unexpected:  # SPEC §3.6: every failure is answered
+            answer = refusal(fault(unexpected, rule))
+            log.exception("effect path failed", extra=_fields(binding, rule))
         self._metrics.effects.labels(rule.name, answer.disposition).inc()
         return answer
 
@@ -135,6 +140,8 @@ class EffectGuard:
                 f"rule {rule.name} records bodies up to {rule.max_body_bytes} bytes; "
                 f"this one has {len(request.body)}"
             )
+        if (why := unsendable_header(request.headers)) is not None:
+            raise InvalidRequest(f"{why}: the request cannot be forwarded, nothing was recorded")
         codec = codec_for(rule, self._http, self._git)
         call = Call(binding, match, request, codec.describe(match, request), codec)
         slot = (binding.task, call.described.key)
@@ -470,6 +477,14 @@ class EffectGuard:
                     raise
                 await asyncio.sleep(min(left, delay * random.uniform(0.5, 1.5)))  # noqa: S311
                 delay = min(delay * 2, 0.5)
+
+
+def fault(unexpected: BaseException, rule: Rule) -> SidecarFault:
+    """The answer for an exception nobody meant to raise (its type and text, no trace)."""
+    return SidecarFault(
+        f"rule {rule.name}: {type(unexpected).__name__}: {unexpected}; nothing was forwarded "
+        "that was not recorded first (an effect left pending is checked before it is sent again)"
+    )
 
 
 def _answer(content: Content, disposition: str) -> Answer:

@@ -7,7 +7,10 @@ is needed for the key) up to its rule's ``max_body_bytes``, over which it gets a
 before the body is even read.
 
 ``request``: the body is here; resolve the binding, let the guard decide, and answer
-the agent ourselves - mitmproxy never forwards a guarded request.
+the agent ourselves - mitmproxy never forwards a guarded request.  Both hooks answer
+any exception themselves (500 ``sidecar_error``): an exception that left a hook would
+let mitmproxy forward the flow on its own, unrecorded (SPEC §3.6).  A request whose
+rules cannot even be matched is answered the same way: it might have been an effect.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ import logging
 from mitmproxy import http
 from mitmproxy.utils.strutils import always_bytes
 
-from sidecar.errors import PayloadTooLarge, SidecarError, StaleGeneration
+from sidecar.errors import PayloadTooLarge, SidecarError, SidecarFault, StaleGeneration
 from sidecar.metrics import Metrics
 from sidecar.proxy.addons.binder import METADATA, BindRequest
 from sidecar.proxy.bindings import Binding, Bindings
 from sidecar.proxy.exchange import AgentRequest, Answer, refusal
-from sidecar.proxy.guard import EffectGuard
+from sidecar.proxy.guard import EffectGuard, fault
 from sidecar.rules import RuleMatch, RuleSet
 from sidecar.rules.matcher import HttpRequestFacts
 
@@ -74,6 +77,18 @@ class EffectAddon:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
             return
+        try:
+            self._admit(flow)
+        except Exception as unexpected:  # SPEC §3.6: never forward on failure
+            log.exception("matching %s %s failed", flow.request.method, flow.request.pretty_url)
+            flow.request.stream = False
+            flow.metadata[GUARDED] = None
+            flow.response = to_response(
+                refusal(SidecarFault(f"matching the request failed: {unexpected!r}"))
+            )
+
+    def _admit(self, flow: http.HTTPFlow) -> None:
+        """Stream what no effect rule matches; mark and size-check what one does."""
         # Most traffic is to hosts no effect rule names: decide that before parsing more.
         if not self.rules.may_match_host(flow.request.pretty_host, flow.request.port):
             flow.request.stream = True
@@ -96,6 +111,13 @@ class EffectAddon:
         match: RuleMatch | None = flow.metadata.get(GUARDED)
         if match is None or flow.response is not None:
             return
+        try:
+            await self._guard(flow, match)
+        except Exception as unexpected:  # SPEC §3.6: never forward on failure
+            log.exception("guarding %s failed", match.rule.name, extra={"rule": match.rule.name})
+            flow.response = to_response(refusal(fault(unexpected, match.rule)))
+
+    async def _guard(self, flow: http.HTTPFlow, match: RuleMatch) -> None:
         try:
             binding = await self._binding(flow.metadata.get(METADATA))
         except SidecarError as error:

@@ -187,3 +187,20 @@ def test_secrets_never_reach_the_effect_log(stack):
     with closing(sqlite3.connect(stack.data_dir / "effects.db")) as db:
         (request,) = db.execute("SELECT request FROM effects").fetchone()
     assert "sk_live" not in request
+
+
+def test_a_header_the_upstream_client_cannot_send_is_refused_before_anything_is_recorded(stack):
+    # mitmproxy takes a NUL in a header value; the sidecar's own HTTP client refuses it.
+    # Once, that exception left the addon and mitmproxy forwarded the charge on its own:
+    # unrecorded, without the Idempotency-Key, so the next attempt charged again.
+    (refused,) = run_agent(stack, "312", "requests", [charge("order-nul", **{"X-Trace": "a\0b"})])
+    assert refused["status"] == 400
+    assert refused["x-sidecar-effect"] == "refused"
+    assert refused["body"]["code"] == "invalid_request"
+    assert "control character" in refused["body"]["detail"]
+    assert stack.counts()["requests"] == {}
+    assert stack.effects("312") == []
+
+    (again,) = run_agent(stack, "312", "requests", [charge("order-nul")])
+    assert again["x-sidecar-effect"] == "recorded"
+    assert stack.counts()["charges"] == 1

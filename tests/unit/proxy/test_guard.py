@@ -56,7 +56,7 @@ rules:
 class FakeUpstream:
     """Answers from a script; remembers every request it was sent."""
 
-    answers: list[Reply | UpstreamError] = field(default_factory=list)
+    answers: list[Reply | Exception] = field(default_factory=list)
     sent: list[tuple[str, str, dict[str, str], bytes | None]] = field(default_factory=list)
 
     def url(self, scheme: str, host: str, port: int | None, path_and_query: str) -> URL:
@@ -75,7 +75,7 @@ class FakeUpstream:
     ) -> Reply:
         self.sent.append((method, str(url), dict(headers), body))
         answer = self.answers.pop(0)
-        if isinstance(answer, UpstreamError):
+        if isinstance(answer, Exception):
             raise answer
         return answer
 
@@ -299,3 +299,26 @@ async def test_an_effect_that_never_reached_the_upstream_is_failed_and_simply_se
     again = await call(world, "312", request("notes.test", "/notes", {"text": "hi"}))
     assert (again.status, again.disposition) == (201, "recorded")
     assert len(upstream.sent) == 2
+
+
+async def test_an_unexpected_exception_is_answered_and_the_effect_stays_pending(world):
+    """SPEC §3.6: a bug in the effect path ends in the sidecar's own 500, never in a
+    request handed back to the proxy engine; what was recorded first stays pending, which
+    the next attempt treats as unknown (retry with the first idempotency key)."""
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(ValueError("Forbidden control character"))
+    charge = request("pay.test", "/charges", {"order": "o-9"})
+    broken = await call(world, "312", charge)
+    assert (broken.status, broken.disposition) == (500, "refused")
+    problem = json.loads(broken.body)
+    assert problem["code"] == "sidecar_error"
+    assert "ValueError" in problem["detail"]
+    (effect,) = await store.effects("312")
+    assert effect.state is EffectState.PENDING
+    first_key = upstream.sent[0][2]["Idempotency-Key"]
+
+    upstream.answers.append(reply(201, {"id": 9}))
+    again = await call(world, "312", charge)
+    assert (again.status, again.disposition) == (201, "recorded")
+    assert upstream.sent[1][2]["Idempotency-Key"] == first_key

@@ -10,7 +10,9 @@ import pytest
 from mitmproxy.test import tflow
 
 from sidecar.errors import ConfigError
-from sidecar.proxy.addons.binder import METADATA, TaskBinder
+from sidecar.metrics import Metrics
+from sidecar.proxy.addons.binder import METADATA, BindRequest, TaskBinder
+from sidecar.proxy.addons.effects import EffectAddon
 from sidecar.proxy.addons.gate import ReadinessGate
 from sidecar.proxy.embed import interception_hosts
 from sidecar.proxy.redact import REDACTED, request_summary
@@ -107,3 +109,52 @@ def test_tls_is_opened_only_for_hosts_an_effect_rule_or_route_concerns(tmp_path:
     wildcard = tmp_path / "w.yaml"
     wildcard.write_text("rules:\n  - {name: w, match: {host: '*'}, effect: non_idempotent}\n")
     assert interception_hosts(load_rules([wildcard]), Routes.parse([])) is None
+
+
+class _BrokenRules:
+    """A rule set whose matching fails: stands in for any bug before the guard."""
+
+    def may_match_host(self, host: str, port: int | None) -> bool:
+        return True
+
+    def match(self, facts: object) -> object:
+        raise RuntimeError("matcher bug")
+
+
+class _BrokenBindings:
+    async def for_task(self, task: str, source: str) -> object:
+        raise RuntimeError("binding bug")
+
+
+def _addon(rules: object, bindings: object) -> EffectAddon:
+    return EffectAddon(rules, None, bindings, Metrics())  # type: ignore[arg-type]
+
+
+def test_a_failure_while_matching_answers_500_and_never_lets_the_flow_through():
+    flow = tflow.tflow()
+    _addon(_BrokenRules(), None).requestheaders(flow)
+    assert flow.response is not None
+    assert flow.response.status_code == 500
+    assert json.loads(flow.response.content)["code"] == "sidecar_error"
+    assert not flow.request.stream
+
+
+async def test_a_failure_while_guarding_answers_500_and_never_lets_the_flow_through(
+    tmp_path: Path,
+):
+    file = tmp_path / "r.yaml"
+    file.write_text(
+        "rules:\n  - name: notes.post\n    match: {host: address, method: POST}\n"
+        "    effect: non_idempotent\n"
+    )
+    rules = load_rules([file])
+    flow = tflow.tflow()
+    flow.request.method = "POST"
+    flow.metadata[METADATA] = BindRequest(task="312", attempt_id=None, source="header")
+    addon = _addon(rules, _BrokenBindings())
+    addon.requestheaders(flow)
+    assert flow.response is None, "matched, waiting for its body"
+    await addon.request(flow)
+    assert flow.response is not None
+    assert flow.response.status_code == 500
+    assert json.loads(flow.response.content)["code"] == "sidecar_error"
