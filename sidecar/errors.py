@@ -10,6 +10,8 @@ translated into :class:`StoreUnavailable` at the store boundary and nowhere else
     │   └── InvalidInjection   a pod's effect-sidecar.io/* annotation cannot be honoured
     ├── InvalidRequest         a body or parameter that does not validate
     │   ├── PayloadTooLarge    a matched effect's body over its rule's max_body_bytes (413)
+    │   ├── UnstorableValue    a value the store cannot hold (a lone surrogate, an integer
+    │   │                      beyond 64 bits, a NUL in PostgreSQL text): 422, alone
     │   └── PayloadMismatch    a replay whose payload differs, under on_divergence: reject (422)
     ├── NotFound               no such task / effect
     ├── Unauthorized           missing or wrong control-API bearer token
@@ -165,10 +167,14 @@ class StaleGeneration(Conflict):
         self.generation = generation
         self.current_generation = current_generation
         self.reason = reason
-        super().__init__(
-            f"task {task}: attempt {attempt_id} generation {generation} is fenced "
-            f"(current generation {current_generation}): {reason}"
-        )
+        if generation == current_generation:
+            # Its own generation, ended: say so, not "fenced (current generation N)".
+            said = f"task {task}: attempt {attempt_id} (generation {generation}) may write "
+            said += f"no more: {reason}"
+        else:
+            said = f"task {task}: attempt {attempt_id} generation {generation} is fenced "
+            said += f"(current generation {current_generation}): {reason}"
+        super().__init__(said)
 
     def extensions(self) -> dict[str, Any]:
         return {
@@ -213,6 +219,18 @@ class PayloadTooLarge(InvalidRequest):
     def __init__(self, detail: str | None = None) -> None:
         super().__init__(detail)
         self.http_status = 413
+
+
+class UnstorableValue(InvalidRequest):
+    """The write carries a value the store cannot hold; nothing of it was written, and the
+    other writes committed with it were (the group commit isolates it)."""
+
+    code = "unstorable_value"
+    title = "Value the store cannot hold"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.http_status = 422
 
 
 class PayloadMismatch(InvalidRequest):

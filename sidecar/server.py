@@ -29,7 +29,7 @@ from sidecar.config import Settings, parse_listen
 from sidecar.control.app import make_app
 from sidecar.control.auth import is_loopback
 from sidecar.control.keys import ProxyInfo
-from sidecar.errors import ConfigError, SidecarError
+from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
 from sidecar.leasekeeper import LeaseKeeper, StoreLeases
 from sidecar.metrics import Metrics
 from sidecar.pgwire.codec import BackendReader, FrontendReader
@@ -112,15 +112,36 @@ async def _listen(runner: web.AppRunner, listen: str) -> str:
     return _url(*runner.addresses[0][:2])
 
 
-async def start(settings: Settings) -> Running:
-    control_host, _ = parse_listen(settings.control_listen)
-    proxy_host, proxy_port = parse_listen(settings.proxy_listen)
-    token = settings.token()
+def _refuse_an_unsafe_start(settings: Settings, control_host: str, token: str | None) -> None:
+    """A control API beyond loopback with no token; a data dir that lost its store.
+
+    A data dir that holds a CA was in use; if its default store is gone (a volume
+    remounted empty, a file deleted), starting would begin an empty effect log and send
+    every recorded effect again.  (The store's own marker covers stores made since the
+    marker exists; this covers data dirs from before it.)"""
     if not is_loopback(control_host) and not token:
         raise ConfigError(
             f"the control API would listen on {control_host}, beyond loopback, without a "
             "token: give --control-token-file FILE (or SIDECAR_CONTROL_TOKEN)"
         )
+    if settings.store is not None:
+        return
+    data_dir = settings.data_dir.expanduser()
+    db = data_dir / "effects.db"
+    present = db.is_file() and db.stat().st_size > 0
+    if (data_dir / "ca").is_dir() and not present:
+        raise StoreUnavailable(
+            f"the data dir {data_dir} was in use (it holds a CA) but its store {db} is "
+            "missing or empty: refusing to start with an empty effect log, which would send "
+            "every recorded effect again. Restore the file, or give an empty --data-dir."
+        )
+
+
+async def start(settings: Settings) -> Running:
+    control_host, _ = parse_listen(settings.control_listen)
+    proxy_host, proxy_port = parse_listen(settings.proxy_listen)
+    token = settings.token()
+    _refuse_an_unsafe_start(settings, control_host, token)
     rules = load_rules(settings.rules or default_rule_paths())
     routes = Routes.parse(settings.route)
     clock = SystemClock()
@@ -179,7 +200,9 @@ async def start(settings: Settings) -> Running:
             proxy=info,
             readiness=readiness,
             shutdown=stop_requested.set,
-            before_release=mirrors.settle,
+            before_release=lambda task, attempt_id: _settle_attempt(
+                guard, mirrors, task, attempt_id
+            ),
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -193,7 +216,7 @@ async def start(settings: Settings) -> Running:
             stops.append(relay.stop)
             readiness.met("pg_relay")
         if settings.task:
-            stops.append(await _hold_lease(settings, store, readiness, mirrors))
+            stops.append(await _hold_lease(settings, store, readiness, mirrors, guard))
         gate.open()
         readiness.met("proxy")
     except BaseException:
@@ -250,8 +273,18 @@ def _pg_relay(
     return Relay(PgUpstream.parse(settings.pg_upstream), session)
 
 
+async def _settle_attempt(guard: EffectGuard, mirrors: Mirrors, task: str, attempt_id: str) -> None:
+    """Before an attempt's lease is released: its HTTP forwards in flight and the
+    relay's held-back writes land (each bounded)."""
+    await asyncio.gather(guard.settle_attempt(task, attempt_id), mirrors.settle())
+
+
 async def _hold_lease(
-    settings: Settings, store: Store, readiness: Readiness, mirrors: Mirrors
+    settings: Settings,
+    store: Store,
+    readiness: Readiness,
+    mirrors: Mirrors,
+    guard: EffectGuard,
 ) -> Stop:
     """Claim ``--task`` in the background (waiting out a live lease: the sidecar is not
     ready meanwhile), keep it; a fenced lease makes the sidecar not ready again."""
@@ -282,7 +315,8 @@ async def _hold_lease(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await mirrors.settle()  # the relay's writes for this attempt land before it ends
+        if keeper.held is not None:  # what the attempt has in flight lands before it ends
+            await _settle_attempt(guard, mirrors, keeper.task, keeper.held.attempt_id)
         await keeper.release()
 
     return stop

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sidecar
 from sidecar.cli import demo, emulate, inject, inspect, redirect, rules, serve, webhook
 from sidecar.cli import exec as exec_
-from sidecar.errors import ConfigError, SidecarError
+from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
 
 VERBS = (serve, exec_, inspect, rules, emulate, demo, inject, webhook, redirect)
 
@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"sidecar: {error.detail}", file=sys.stderr)
         return 2
+    except StoreUnavailable as error:
+        print(f"sidecar: {error.detail}", file=sys.stderr)
+        return 5
     except SidecarError as error:
         print(f"sidecar: {error.detail}", file=sys.stderr)
         return 1

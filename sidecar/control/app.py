@@ -39,7 +39,7 @@ def make_app(
     proxy: ProxyInfo | None = None,
     readiness: Readiness | None = None,
     shutdown: Callable[[], None] | None = None,
-    before_release: Callable[[], Awaitable[None]] | None = None,
+    before_release: Callable[[str, str], Awaitable[None]] | None = None,
 ) -> web.Application:
     """The control app over an *open* store (its owner opens and closes it); ``/readyz``
     also waits for ``readiness``'s conditions, ``POST /v1/shutdown`` calls ``shutdown``."""

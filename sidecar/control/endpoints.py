@@ -17,6 +17,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from sidecar.control.schemas import TASK_PATTERN
+from sidecar.domain.text import unstorable
 from sidecar.errors import InvalidRequest
 
 type Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -88,6 +89,13 @@ async def parse_body[M: BaseModel](request: web.Request, model: type[M]) -> M:
         raise InvalidRequest(
             f"the body must be a JSON object, got {type(data).__name__}",
             errors=[{"loc": [], "msg": "expected a JSON object", "type": "object_type"}],
+        )
+    if (problem := unstorable(data)) is not None:
+        # Refused here, before it could be committed and break every later read.
+        where, what = problem
+        raise InvalidRequest(
+            f"the body holds a value the store cannot hold: {what}",
+            errors=[{"loc": list(where), "msg": what, "type": "unstorable_value"}],
         )
     try:
         return model.model_validate(data)

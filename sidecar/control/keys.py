@@ -18,8 +18,9 @@ METRICS = web.AppKey("metrics", Metrics)
 READINESS = web.AppKey("readiness", Readiness)
 #: Asks the sidecar process to stop as on SIGTERM (``POST /v1/shutdown``).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
-#: Awaited before a lease is released: writes still in flight for the attempt land first.
-BEFORE_RELEASE: web.AppKey[Callable[[], Awaitable[None]]] = web.AppKey("before_release")
+#: Awaited with (task, attempt_id) before that attempt's lease is released: its writes and
+#: forwards still in flight land first.
+BEFORE_RELEASE: web.AppKey[Callable[[str, str], Awaitable[None]]] = web.AppKey("before_release")
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from sidecar.domain.model import (
     TaskState,
     TaskView,
 )
+from sidecar.domain.text import MAX_INT64
 
 TASK_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
@@ -42,8 +43,19 @@ TtlSeconds = Annotated[
     float,
     Field(gt=0, le=86_400, description="Lease duration in seconds.", examples=[600]),
 ]
-AttemptId = Annotated[str, Field(min_length=1, max_length=128, examples=["att-9f2c5b1e0d3a7c44"])]
-Generation = Annotated[int, Field(ge=1, description="Fencing token returned by the claim.")]
+AttemptId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[!-~]+$",  # printable ASCII, as minted (att-... or a UUID)
+        examples=["att-9f2c5b1e0d3a7c44"],
+    ),
+]
+Generation = Annotated[
+    int,
+    Field(ge=1, le=MAX_INT64, description="Fencing token returned by the claim."),
+]
 
 
 class Request(BaseModel):

@@ -63,9 +63,10 @@ async def release(request: web.Request) -> web.Response:
     body = await parse_body(request, ReleaseRequest)
     settle = request.app.get(BEFORE_RELEASE)
     if settle is not None:
-        # What the attempt's connections still have on its behalf (the PostgreSQL relay's
-        # background writes) lands first: after the release it would be refused as stale.
-        await settle()
+        # What the attempt still has in flight (forwards awaiting the upstream's answer, the
+        # PostgreSQL relay's background writes) lands first, so the next attempt finds
+        # outcomes, not pending effects it must guess about (SPEC §3.7).
+        await settle(task, body.attempt_id)
     state = await request.app[STORE].release(task, body.attempt_id, body.generation)
     return json_answer(LeaseResponse.of(state, request.app[CLOCK].now()))
 

@@ -8,6 +8,13 @@
 ``completed`` is final: a completed effect is only ever replayed.  Every change is
 fenced by the *caller's* attempt and generation, which need not be the effect's own: a
 new attempt resolves or retries what an earlier one left ``pending``/``unknown``.
+
+One exception (SPEC §3.7, "an answer seen is an answer kept"): the attempt that
+forwarded an effect may record its *outcome* after it was fenced - its agent was
+killed and the lease released, or its lease taken over - as long as nobody else has
+touched the effect since.  Fencing stops forwarding; the upstream's answer to a
+request already sent is evidence about the outside world, and dropping it would leave
+a later attempt to guess (CANNOT DETERMINE) what had in fact happened exactly once.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ ALLOWED: dict[EffectState, frozenset[EffectState]] = {
     EffectState.FAILED: frozenset({EffectState.PENDING}),
     EffectState.COMPLETED: frozenset(),
 }
+
+# What the upstream's answer (or its absence) makes of a forwarded effect.
+OUTCOMES = frozenset({EffectState.COMPLETED, EffectState.FAILED, EffectState.UNKNOWN})
 
 # Events that annotate an effect without changing its state.
 NOTES = frozenset({"replayed", "probed", "divergent", "waited"})
@@ -91,8 +101,10 @@ def transition(
     response: RecordedResponse | None = None,
     detail: str | None = None,
 ) -> tuple[Effect, EffectEvent]:
-    """Move an effect to ``to`` on behalf of the task's current holder."""
-    fence(state, task, attempt_id, generation)
+    """Move an effect to ``to`` on behalf of the task's current holder (or, for an
+    outcome, of the attempt that forwarded it: see the module's docstring)."""
+    if not is_own_outcome(effect, to, attempt_id, generation):
+        fence(state, task, attempt_id, generation)
     if effect is None:
         raise InvalidTransition(f"task {task} has no effect {key!r}")
     if to not in ALLOWED[effect.state]:
@@ -111,6 +123,20 @@ def transition(
         detail=detail,
     )
     return updated, EffectEvent(task, key, to.value, attempt_id, generation, now, detail)
+
+
+def is_own_outcome(
+    effect: Effect | None, to: EffectState, attempt_id: str, generation: int
+) -> bool:
+    """Whether this is the outcome of the caller's own forward, which no later write has
+    overtaken: the effect is still pending (or unknown) as the caller itself left it."""
+    return (
+        effect is not None
+        and to in OUTCOMES
+        and effect.state in (EffectState.PENDING, EffectState.UNKNOWN)
+        and effect.attempt_id == attempt_id
+        and effect.generation == generation
+    )
 
 
 def note(

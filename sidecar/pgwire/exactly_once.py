@@ -16,6 +16,7 @@ the statement:
 
 A statement outside a transaction is wrapped in one the sidecar opens and commits; one
 inside the agent's transaction is recorded in it, and counts only if the agent commits.
+The n-th run of the same statement in one attempt has a key of its own (:mod:`.ordinals`).
 The outcome is mirrored into the sidecar's own effect log (:mod:`.mirror`): a stale
 attempt's statement is refused there first (``ES409``) and never runs.
 
@@ -39,6 +40,7 @@ from sidecar.metrics import Metrics
 from sidecar.pgwire import messages, records
 from sidecar.pgwire.codec import Message
 from sidecar.pgwire.mirror import Done, LogMirror, Mirrors
+from sidecar.pgwire.ordinals import Ordinals
 from sidecar.pgwire.records import Refused, Skipped
 from sidecar.pgwire.relay import BindRequest
 from sidecar.pgwire.session import Conversation, Portal
@@ -75,6 +77,7 @@ class PgEffects:
     schemas_ready: set[str] = field(default_factory=set)
     guarded_cache: dict[str, bool] = field(default_factory=dict)
     mirrors: Mirrors = field(default_factory=Mirrors)
+    ordinals: Ordinals = field(default_factory=Ordinals)
 
     def __post_init__(self) -> None:
         self._kinds = _kinds_needed(self.rules)
@@ -175,9 +178,9 @@ class Statements:
         if run.ours_open:
             await self._rollback(conversation, run)  # something failed inside our wrap
         for done in run.committed:
-            self.mirror.ended(done, committed=True)
+            self._ended(done, committed=True)
         for done in run.in_ours:
-            self.mirror.ended(done, committed=False)
+            self._ended(done, committed=False)
         run.out += messages.ready_for_query(conversation.tracker.status)
         conversation.send_client(bytes(run.out))
 
@@ -219,7 +222,22 @@ class Statements:
     ) -> Done | bool | None:
         """Run (or replay) one guarded statement, its answer added to ``run.out``: its
         Done if it ran, True if replayed, None if it failed."""
-        key = match.key(statement)
+        key = self._take(binding, statement, match.key(statement))
+        try:
+            return await self._run_guarded_simple(conversation, binding, match, statement, run, key)
+        except BaseException:
+            self._give_back(binding, key)  # refused or broken: nothing of it committed
+            raise
+
+    async def _run_guarded_simple(
+        self,
+        conversation: Conversation,
+        binding: Binding,
+        match: SqlRuleMatch,
+        statement: Statement,
+        run: _Query,
+        key: str,
+    ) -> Done | bool | None:
         logging_it = asyncio.ensure_future(self.mirror.pending(binding, match, key, statement))
         try:
             await self._ensure_schema(conversation, run)
@@ -238,7 +256,7 @@ class Statements:
             )
             records.raise_on_error(answers, "cannot read effect_sidecar.effects")
             recalled = records.recalled(answers)
-            self.mirror.replayed(binding, key, logged, recalled.tag, match.rule.name)
+            self._replayed(binding, key, logged, recalled.tag, match.rule.name)
             run.out += recalled.answer(simple=True)
             return True
         await self.mirror.run_again(binding, key, logged)
@@ -246,7 +264,7 @@ class Statements:
         run.out += b"".join(a.raw for a in answers if a.kind != b"Z")
         done = Done(binding, key, match.rule.name, records.command_tag(answers))
         if any(a.kind == b"E" for a in answers):
-            self.mirror.failed(done, answers)
+            self._failed(done, answers)
             return None
         failpoints.reach("sql.after_statement", match.rule.name)
         description = b"".join(a.raw for a in answers if a.kind == b"T")
@@ -267,6 +285,7 @@ class Statements:
         match: SqlRuleMatch,
         statement: Statement,
         run_it: Callable[[], Awaitable[list[Message]]],
+        parameters: tuple[bytes | None, ...] = (),
     ) -> tuple[bytes, bool]:
         """A statement PostgreSQL will not run in a transaction block (CREATE INDEX
         CONCURRENTLY, VACUUM, ...) cannot share one with a record: it gets the HTTP flow
@@ -275,12 +294,26 @@ class Statements:
         unknown and the next attempt runs it again: the one window the other statements do
         not have.  Returns the answer for the agent (its own or the recorded one), and
         whether the statement succeeded."""
-        key = match.key(statement)
+        key = self._take(binding, statement, match.key(statement, parameters))
+        try:
+            return await self._run_outside_transaction(binding, match, statement, run_it, key)
+        except BaseException:
+            self._give_back(binding, key)
+            raise
+
+    async def _run_outside_transaction(
+        self,
+        binding: Binding,
+        match: SqlRuleMatch,
+        statement: Statement,
+        run_it: Callable[[], Awaitable[list[Message]]],
+        key: str,
+    ) -> tuple[bytes, bool]:
         logged = await self.mirror.pending_effect(binding, match, key, statement)
         state = None if logged is None else logged.state
         if logged is not None and logged.state is EffectState.COMPLETED:
             tag = dict(logged.response.headers if logged.response else ()).get("x-command-tag")
-            self.mirror.replayed(binding, key, state, tag or "", match.rule.name)
+            self._replayed(binding, key, state, tag or "", match.rule.name)
             return messages.command_complete(tag or ""), True
         await self.mirror.run_again(binding, key, state)
         answers = await run_it()
@@ -289,8 +322,9 @@ class Statements:
         if succeeded:
             failpoints.reach("sql.after_statement", match.rule.name)
             await self.mirror.completed_now(done)
+            self.shared.ordinals.kept(binding.task, binding.attempt_id, key)
         else:
-            self.mirror.failed(done, answers)
+            self._failed(done, answers)
         return b"".join(a.raw for a in answers if a.kind != b"Z"), succeeded
 
     def _begin(self, run: _Query) -> None:
@@ -342,16 +376,39 @@ class Statements:
         match = self.shared.match(statement)
         assert match is not None  # the session only hands over guarded statements
         parameters = portal.bind.parameters if portal.bind else ()
-        key = match.key(statement, parameters)
         try:
             binding = await self._binding()
-            if NO_TRANSACTION.search(statement.normalised):
+        except Refused as refused:
+            await self._refuse_extended(conversation, refused)
+            return
+        if NO_TRANSACTION.search(statement.normalised):
+            try:
                 answer, _ = await self._outside_transaction(
                     conversation, binding, match, statement,
-                    lambda: conversation.ask(raw, messages.FLUSH),
+                    lambda: conversation.ask(raw, messages.FLUSH), tuple(parameters),
                 )  # fmt: skip
-                conversation.send_client(answer)
+            except Refused as refused:
+                await self._refuse_extended(conversation, refused)
                 return
+            conversation.send_client(answer)
+            return
+        key = self._take(binding, statement, match.key(statement, parameters))
+        try:
+            await self._execute(conversation, binding, match, statement, raw, key)
+        except BaseException:
+            self._give_back(binding, key)
+            raise
+
+    async def _execute(
+        self,
+        conversation: Conversation,
+        binding: Binding,
+        match: SqlRuleMatch,
+        statement: Statement,
+        raw: bytes,
+        key: str,
+    ) -> None:
+        try:
             logging_it = asyncio.ensure_future(self.mirror.pending(binding, match, key, statement))
             try:
                 await self._ensure_schema(conversation, None)
@@ -370,23 +427,22 @@ class Statements:
                 )
                 records.raise_on_error(answers, "cannot read effect_sidecar.effects")
                 recalled = records.recalled(answers)
-                self.mirror.replayed(binding, key, logged, recalled.tag, match.rule.name)
+                self._replayed(binding, key, logged, recalled.tag, match.rule.name)
                 conversation.send_client(recalled.answer(simple=False))
                 return
             await self.mirror.run_again(binding, key, logged)
         except Skipped:
+            self._give_back(binding, key)
             return  # an earlier message of this batch failed: the server skips to Sync
         except Refused as refused:
-            # Make the server fail this transaction too, so it skips the rest of the
-            # agent's messages up to Sync exactly as after any error.
-            await conversation.ask(*records.request(records.REFUSED, [], sync=False))
-            conversation.send_client(messages.error_response(refused.code, refused.text))
+            self._give_back(binding, key)
+            await self._refuse_extended(conversation, refused)
             return
         answers = await conversation.ask(raw, messages.FLUSH)
         done = Done(binding, key, match.rule.name, records.command_tag(answers))
         if any(a.kind == b"E" for a in answers):
             conversation.send_client(b"".join(a.raw for a in answers))
-            self.mirror.failed(done, answers)
+            self._failed(done, answers)
             return
         failpoints.reach("sql.after_statement", match.rule.name)
         rows = b"".join(a.raw for a in answers if a.kind == b"D")
@@ -395,6 +451,12 @@ class Statements:
         records.raise_on_error(completion, "cannot complete the record in effect_sidecar.effects")
         conversation.send_client(b"".join(a.raw for a in answers))
         self.uncommitted.append(done)
+
+    async def _refuse_extended(self, conversation: Conversation, refused: Refused) -> None:
+        # Make the server fail this transaction too, so it skips the rest of the agent's
+        # messages up to Sync exactly as after any error.
+        await conversation.ask(*records.request(records.REFUSED, [], sync=False))
+        conversation.send_client(messages.error_response(refused.code, refused.text))
 
     def ready(self, status: str, committed: bool) -> None:
         if status != "I":
@@ -406,12 +468,39 @@ class Statements:
         for done in ended:
             if committed:
                 failpoints.reach("sql.after_commit", done.rule)
-            self.mirror.ended(done, committed)
+            self._ended(done, committed)
 
     def closed(self) -> None:
         # What the mirror holds back goes now: the agent's next move (its exit, then
         # `sidecar exec` releasing the lease) must find it already queued in the store.
         self.mirror.flush()
+
+    # ---- keys and what becomes of them (ordinals) ------------------------------------
+
+    def _take(self, binding: Binding, statement: Statement, base: str) -> str:
+        if statement.comment_key is not None:
+            return base  # named by the agent (/* sidecar:key=NAME */): once per task
+        return self.shared.ordinals.take(binding.task, binding.attempt_id, base)
+
+    def _give_back(self, binding: Binding, key: str) -> None:
+        self.shared.ordinals.give_back(binding.task, binding.attempt_id, key)
+
+    def _replayed(
+        self, binding: Binding, key: str, logged: EffectState | None, tag: str, rule: str
+    ) -> None:
+        self.shared.ordinals.kept(binding.task, binding.attempt_id, key)
+        self.mirror.replayed(binding, key, logged, tag, rule)
+
+    def _failed(self, done: Done, answers: list[Message]) -> None:
+        self._give_back(done.binding, done.key)
+        self.mirror.failed(done, answers)
+
+    def _ended(self, done: Done, committed: bool) -> None:
+        if committed:
+            self.shared.ordinals.kept(done.binding.task, done.binding.attempt_id, done.key)
+        else:
+            self._give_back(done.binding, done.key)
+        self.mirror.ended(done, committed)
 
     # ---- the sidecar's own statements -----------------------------------------------
 

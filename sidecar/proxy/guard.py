@@ -31,6 +31,7 @@ from sidecar.aio import spawn
 from sidecar.clock import Clock
 from sidecar.domain.ids import idempotency_key
 from sidecar.domain.model import Effect, EffectState, RecordedResponse
+from sidecar.domain.text import scrubbed, scrubbed_text, text_problem
 from sidecar.errors import (
     EffectExists,
     EffectSettling,
@@ -59,6 +60,9 @@ from sidecar.store import Store
 log = logging.getLogger("sidecar.effects")
 
 SETTLE_WAIT_MAX_S = 30.0
+# How long a lease release waits for the attempt's forwards still in flight: each ends by
+# its own upstream timeout (at most the rule's timeout_s), then its outcome is recorded.
+RELEASE_WAIT_MAX_S = 60.0
 COMPLETED_CACHE = 4096  # completed effects kept in memory for replays
 NOTED_MAX = 65536  # (attempt, effect, event) audit lines remembered as already written
 
@@ -105,6 +109,8 @@ class EffectGuard:
         self._in_flight: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._completed: OrderedDict[tuple[str, str], Effect] = OrderedDict()
         self._noted: set[tuple[str, str, str, str, str | None]] = set()
+        # (task, attempt) -> its forwards in flight, which a release of its lease waits for.
+        self._forwarding: dict[tuple[str, str], set[asyncio.Future[None]]] = {}
 
     async def handle(
         self, binding: Binding | None, match: RuleMatch, request: AgentRequest
@@ -144,6 +150,11 @@ class EffectGuard:
             raise InvalidRequest(f"{why}: the request cannot be forwarded, nothing was recorded")
         codec = codec_for(rule, self._http, self._git)
         call = Call(binding, match, request, codec.describe(match, request), codec)
+        if (why := text_problem(call.described.key)) is not None:
+            raise InvalidRequest(
+                f"rule {rule.name} keys this request as {call.described.key!r}: {why}; "
+                "nothing was recorded or forwarded"
+            )
         slot = (binding.task, call.described.key)
         while True:
             if (running := self._in_flight.get(slot)) is not None:
@@ -192,7 +203,7 @@ class EffectGuard:
                     rule=call.rule.name,
                     fingerprint=call.described.fingerprint,
                     idempotency_key=idempotency_key(binding.attempt_id, call.described.key),
-                    request=summary | call.described.summary,
+                    request=scrubbed(summary | call.described.summary),
                 )
             )
         except EffectExists as logged:
@@ -317,7 +328,37 @@ class EffectGuard:
 
     # ---- forwarding and recording -----------------------------------------------------
 
+    async def settle_attempt(
+        self, task: str, attempt_id: str, timeout_s: float = RELEASE_WAIT_MAX_S
+    ) -> None:
+        """Wait (bounded) until the attempt's forwards in flight have their outcomes
+        recorded: a release waits for them, so the next attempt finds the answer the
+        upstream gave rather than a pending effect it must guess about (SPEC §3.7)."""
+        waiting = self._forwarding.get((task, attempt_id))
+        if waiting:
+            log.info(
+                "release waits for %d forward(s) in flight",
+                len(waiting),
+                extra={"task": task, "attempt_id": attempt_id},
+            )
+            await asyncio.wait(list(waiting), timeout=timeout_s)
+
     async def _forward(
+        self, call: Call, effect: Effect, time_left: timedelta, disposition: str
+    ) -> Answer:
+        slot = (call.binding.task, call.binding.attempt_id)
+        finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._forwarding.setdefault(slot, set()).add(finished)
+        try:
+            return await self._forward_and_record(call, effect, time_left, disposition)
+        finally:
+            finished.set_result(None)
+            waiting = self._forwarding[slot]
+            waiting.discard(finished)
+            if not waiting:
+                del self._forwarding[slot]
+
+    async def _forward_and_record(
         self, call: Call, effect: Effect, time_left: timedelta, disposition: str
     ) -> Answer:
         rule, request, facts = call.rule, call.request, call.request.facts
@@ -452,6 +493,7 @@ class EffectGuard:
         store, so the audit trail shows every refused write, not only the store's own."""
         self._metrics.stale_writes_refused.labels("proxy").inc()
         reason = f"{facts.method} {facts.host}{facts.path} (rule {rule.name}): {fenced.reason}"
+        reason = scrubbed_text(reason)  # a path may carry bytes UTF-8 cannot encode
 
         async def write() -> None:
             try:

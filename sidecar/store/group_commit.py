@@ -5,6 +5,10 @@ previous batch was committing (up to ``max_batch``) and commits it as ONE transa
 one durable flush answers the whole batch, and each caller is answered only after it.
 The busier the store, the bigger the batch, with no timer to wait on.  SQLite has one
 writer, so one lane; a server store (PostgreSQL) runs a few lanes on pooled connections.
+
+One caller's bad value must not fail the others (SPEC §7): a batch that fails with
+:class:`~sidecar.errors.UnstorableValue` is committed again one work at a time, so only
+the work that carries the value is refused (422) and every other one is committed.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sidecar.aio import spawn
-from sidecar.errors import SidecarError, StoreUnavailable
+from sidecar.errors import SidecarError, StoreUnavailable, UnstorableValue
 from sidecar.store.batch import Work
 
 log = logging.getLogger(__name__)
@@ -88,6 +92,9 @@ class GroupCommit:
     async def _run_batch(self, jobs: list[_Job]) -> None:
         try:
             outcomes = await self._commit([w for w, _ in jobs])
+        except UnstorableValue as poisoned:
+            await self._isolate(jobs, poisoned)
+            return
         except BaseException as exc:
             # Nothing of the batch was committed: every caller learns it, none hangs.
             if isinstance(exc, Exception) and not isinstance(exc, SidecarError):
@@ -110,3 +117,20 @@ class GroupCommit:
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
+
+    async def _isolate(self, jobs: list[_Job], poisoned: UnstorableValue) -> None:
+        """A batch failed on a value the store cannot hold: commit its works one by one,
+        so that only the one carrying the value is refused."""
+        if len(jobs) == 1:
+            _, future = jobs[0]
+            if not future.done():
+                future.set_exception(poisoned)
+            return
+        log.warning(
+            "%s: a batch of %d holds a value the store cannot hold; committing it one "
+            "write at a time",
+            self._name,
+            len(jobs),
+        )
+        for job in jobs:
+            await self._run_batch([job])

@@ -14,7 +14,8 @@ batch of commands becomes one transaction that many processes can run at once:
 * every error of the driver, the pool or the network is turned into
   :class:`~sidecar.errors.StoreUnavailable` in :meth:`PostgresStore._database`, and
   nowhere else: the callers fail closed on it (a broken invariant - an integrity error -
-  is a bug and raises as itself).
+  is a bug and raises as itself; a value the server cannot take is
+  :class:`~sidecar.errors.UnstorableValue`, which the group commit isolates).
 
 Tables live in their own PostgreSQL schema (``effect_sidecar`` unless the URL says
 ``?schema=NAME``), so the store can share a database with the application it guards.
@@ -35,7 +36,7 @@ from psycopg import sql
 
 from sidecar.clock import Clock, SystemClock
 from sidecar.domain.ids import new_attempt_id
-from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
+from sidecar.errors import ConfigError, SidecarError, StoreUnavailable, UnstorableValue
 from sidecar.store import rows, sqlfiles
 from sidecar.store.base import StoreInfo
 from sidecar.store.batch import Batch, Probe, Work, changes, wanted
@@ -204,6 +205,10 @@ class PostgresStore(SQLReads):
                 yield
         except psycopg.IntegrityError:
             raise  # a broken invariant is a bug, not an outage
+        except (psycopg.DataError, OverflowError, UnicodeError) as exc:
+            # A value PostgreSQL cannot take (out of range, a NUL in text, a lone
+            # surrogate): this write's fault, not the store's.
+            raise UnstorableValue(f"the store cannot hold a value of this write: {exc}") from exc
         except (psycopg.Error, psycopg_pool.PoolTimeout, OSError, TimeoutError) as exc:
             why = (
                 f"no answer within {self._operation_timeout_s:g} s"

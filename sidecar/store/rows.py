@@ -24,6 +24,7 @@ from sidecar.domain.model import (
     RecordedResponse,
     TaskState,
 )
+from sidecar.domain.text import scrubbed
 
 type Row = Sequence[Any]
 
@@ -32,6 +33,14 @@ _MICROSECOND = timedelta(microseconds=1)
 # One encoder for every row: json.dumps(separators=...) would build a new one per call,
 # which showed up as the largest cost of a checkpoint write after the fsync.
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _from_json(text: str) -> Any:
+    """A stored JSON value; one stored before the door refused lone surrogates comes back
+    with them replaced, so that reading it can never fail an answer."""
+    value = json.loads(text)
+    # ensure_ascii wrote every non-ASCII character as an escape: no "\\ud", no surrogate.
+    return scrubbed(value) if "\\ud" in text or "\\uD" in text else value
 
 
 def to_us(at: datetime) -> int:
@@ -114,7 +123,7 @@ def attempt_params(a: Attempt) -> tuple[Any, ...]:
 def checkpoint(row: Row) -> Checkpoint:
     task, seq, stage, attempt_id, generation, outputs, created = row
     return Checkpoint(
-        task, seq, stage, attempt_id, generation, json.loads(outputs), from_us(created)
+        task, seq, stage, attempt_id, generation, _from_json(outputs), from_us(created)
     )
 
 
@@ -170,7 +179,7 @@ def effect(row: Row) -> Effect:
         generation=generation,
         fingerprint=fingerprint,
         idempotency_key=idem,
-        request=json.loads(request),
+        request=_from_json(request),
         created_at=from_us(created),
         updated_at=from_us(updated),
         response=response,

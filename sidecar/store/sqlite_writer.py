@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
+from sidecar.errors import ConfigError, SidecarError, StoreUnavailable, UnstorableValue
 from sidecar.store import rows, sqlfiles
 from sidecar.store.batch import Batch, Probe, Work, changes, wanted
 from sidecar.store.commands import Context
@@ -34,22 +34,46 @@ class Writer:
         self._pragmas = pragmas
         self._db: sqlite3.Connection | None = None
 
+    @property
+    def marker(self) -> Path:
+        """Written next to the store once it was first created: if the store is ever
+        missing or empty while its marker is there, it was lost, not never made."""
+        return self.path.with_name(self.path.name + ".in-use")
+
     def open(self) -> int:
-        """Connect, set the pragmas, migrate; return the schema version."""
+        """Refuse a store that was lost or is damaged; connect, set the pragmas, migrate;
+        return the schema version."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so the loads and
-            # the writes of a batch share one transaction that holds the write lock.
-            self._db = sqlite3.connect(self.path, isolation_level=None)
-            for pragma in self._pragmas:
-                self._db.execute(pragma)
-            return migrate(self._db)
+            return self._open()
         except (sqlite3.Error, OSError) as exc:
             self.close()
             raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
         except BaseException:
             self.close()
             raise
+
+    def _open(self) -> int:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        had_store = self.path.is_file() and self.path.stat().st_size > 0
+        if not had_store and self.marker.exists():
+            raise StoreUnavailable(
+                f"the SQLite store {self.path} was in use (see {self.marker}) and is now "
+                "missing or empty: refusing to start with an empty effect log, which would "
+                "send every recorded effect again. Restore the file, or delete the marker "
+                "to start afresh on purpose."
+            )
+        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so the loads and
+        # the writes of a batch share one transaction that holds the write lock.
+        self._db = sqlite3.connect(self.path, isolation_level=None)
+        for pragma in self._pragmas:
+            self._db.execute(pragma)
+        if had_store:
+            _check_integrity(self._db, self.path)
+        version = migrate(self._db)
+        if not self.marker.exists():
+            self.marker.write_text(f"{self.path}\n", encoding="utf-8")
+            self.marker.chmod(0o600)
+        return version
 
     def close(self) -> None:
         if self._db is not None:
@@ -60,7 +84,8 @@ class Writer:
         """Run the batch in one transaction; each work's result or SidecarError, in order.
 
         If the transaction itself fails, nothing of it is committed and the whole call
-        raises :class:`StoreUnavailable` (a bug in a command raises as itself).
+        raises :class:`StoreUnavailable`, or :class:`UnstorableValue` when a value could
+        not be bound (a bug in a command raises as itself).
         """
         db = self._db
         if db is None:
@@ -93,10 +118,24 @@ class Writer:
                 raise
         except sqlite3.IntegrityError:
             raise  # a broken invariant is a bug, not an outage
+        except (OverflowError, UnicodeError) as exc:
+            # Binding failed: an integer beyond 64 bits, a string UTF-8 cannot encode.
+            raise UnstorableValue(f"the store cannot hold a value of this write: {exc}") from exc
         except (sqlite3.Error, OSError) as exc:
             log.warning("sqlite write failed: %s", exc)
             raise StoreUnavailable(f"SQLite store {self.path} cannot record: {exc}") from exc
         return outcomes
+
+
+def _check_integrity(db: sqlite3.Connection, path: Path) -> None:
+    """``PRAGMA quick_check`` (every page and index, not the row contents): a store
+    damaged on disk is refused at start, not discovered by the first write to fail."""
+    found = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+    if found != ["ok"]:
+        raise StoreUnavailable(
+            f"the SQLite store {path} is damaged (PRAGMA quick_check: {'; '.join(found)}): "
+            "refusing to start; restore it from a backup"
+        )
 
 
 def _load(db: sqlite3.Connection, works: Sequence[Work]) -> Batch:

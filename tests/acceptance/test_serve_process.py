@@ -69,7 +69,7 @@ def test_tasks_and_effects_read_the_store_of_a_running_sidecar(sidecar_process):
 
 def test_inspecting_a_missing_store_or_task_is_a_clear_error(tmp_path, sidecar_process):
     missing = sidecar("tasks", "--data-dir", str(tmp_path / "nowhere"))
-    assert missing.returncode == 1
+    assert missing.returncode == 5  # store unavailable (SPEC §5's exit codes)
     assert "no store at" in missing.stderr
     assert not (tmp_path / "nowhere").exists()
     _, _, data = sidecar_process

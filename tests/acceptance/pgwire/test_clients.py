@@ -213,14 +213,30 @@ def test_asyncpg_replay_returns_the_recorded_rows(world: PostgresWorld, table: s
     assert world.value(f"SELECT count(*) FROM {table}") == 2
 
 
-def test_the_same_statement_twice_in_one_task_runs_once(world: PostgresWorld, table: str) -> None:
+def test_the_same_statement_twice_in_one_attempt_runs_twice_and_the_next_replays_both(
+    world: PostgresWorld, table: str
+) -> None:
+    """SPEC §3.9: the second run inside one attempt is new work (here it fails, as it
+    would without the sidecar); a new attempt from the top is answered from the records."""
     task = f"clients-{table}"
-    alter = f"ALTER TABLE {table} ADD COLUMN note text"
+    add = f"ALTER TABLE {table} ADD COLUMN note text"
+    drop = f"ALTER TABLE {table} DROP COLUMN note"
     with connect(world, world.claim(task)) as db:
-        assert db.execute(alter).statusmessage == "ALTER TABLE"
-        assert db.execute(alter).statusmessage == "ALTER TABLE"  # answered from the record
-    (effect,) = world.settled_effects(task)
-    assert [event["event"] for event in effect["events"]] == ["pending", "completed", "replayed"]
+        for sql in (add, drop, add):
+            assert db.execute(sql).statusmessage == "ALTER TABLE"
+        with pytest.raises(psycopg.errors.DuplicateColumn):
+            db.execute(add)  # really run: the column is there
+    with connect(world, world.claim(task)) as db:
+        for sql in (add, drop, add):  # the next attempt, from the top: all replayed
+            assert db.execute(sql).statusmessage == "ALTER TABLE"
+    columns = "SELECT count(*) FROM information_schema.columns WHERE table_name = %s"
+    assert world.value(columns + " AND column_name = 'note'", table) == 1
+    effects = world.settled_effects(task)
+    done = [e for e in effects if e["state"] == "completed"]
+    assert len(done) == 3, effects  # add, drop, add #2 - replayed to the next attempt
+    assert all([e["event"] for e in effect["events"]][-1] == "replayed" for effect in done)
+    (failed,) = [e for e in effects if e["state"] != "completed"]
+    assert (failed["key"].endswith(" #3"), failed["state"]) == (True, "failed")
 
 
 def test_the_same_statement_with_new_parameters_is_a_new_effect(world: PostgresWorld) -> None:
@@ -228,11 +244,19 @@ def test_the_same_statement_with_new_parameters_is_a_new_effect(world: PostgresW
     world.rows("CREATE TABLE ledger_entries (id integer, amount integer)")
     insert = "INSERT INTO ledger_entries VALUES (%s, 100)"
     with connect(world, world.claim(task)) as db:
-        for n in (1, 2, 2):  # the third is the second asked again: replayed
+        for n in (1, 2):
+            db.execute(insert, (n,))
+    with connect(world, world.claim(task)) as db:  # the next attempt: replayed
+        for n in (1, 2, 2):  # ... and the second 2 is a second run: new work
             db.execute(insert, (n,))
         for n in (3, 4):  # a keyed comment names the effect, whatever the parameters
             db.execute("/* sidecar:key=opening-entry */ " + insert, (n,))
-    assert world.rows("SELECT id FROM ledger_entries ORDER BY id") == [(1,), (2,), (3,)]
+    assert world.rows("SELECT id FROM ledger_entries ORDER BY id") == [(1,), (2,), (2,), (3,)]
+    with connect(world, world.claim(task)) as db:  # once more from the top: all replayed
+        for n in (1, 2, 2):
+            db.execute(insert, (n,))
+        db.execute("/* sidecar:key=opening-entry */ " + insert, (3,))
+    assert world.rows("SELECT id FROM ledger_entries ORDER BY id") == [(1,), (2,), (2,), (3,)]
 
 
 @pytest.mark.parametrize("simple", [False, True], ids=["extended", "simple"])

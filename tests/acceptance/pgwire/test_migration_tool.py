@@ -70,3 +70,28 @@ def test_alembic_rerun_after_success_changes_nothing(world: PostgresWorld) -> No
     assert not any("Running upgrade" in line for line in second.lines)
     assert world.rows("SELECT * FROM effect_sidecar.effects ORDER BY key") == before
     assert world.value("SELECT version_num FROM alembic_version") == "0003"
+
+
+def test_upgrade_downgrade_upgrade_in_one_attempt_applies_each_step_and_a_resume_changes_nothing(
+    world: PostgresWorld,
+) -> None:
+    """SPEC §3.9: the second upgrade's CREATE TABLE is the same text as the first one's;
+    it must run, not be answered from the first one's record."""
+    alembic = " ".join(ALEMBIC[:-2])
+    script = f"{alembic} upgrade head && {alembic} downgrade base && {alembic} upgrade head"
+    first = world.agent("worker-a", "sh", "-c", script)
+    assert first.proc.wait(timeout=90) == 0, first.lines
+    assert world.value("SELECT version_num FROM alembic_version") == "0003"
+    assert world.value("SELECT to_regclass('invoices') IS NOT NULL") is True
+    assert (
+        world.value("SELECT count(*) FROM pg_indexes WHERE indexname = 'customers_by_email'") == 1
+    )
+    recorded = world.recorded()
+    creates = [key for key, tag in recorded.items() if tag == "CREATE TABLE"]
+    assert len(creates) == 5, recorded  # alembic_version once; customers, invoices twice
+
+    second = world.agent("worker-b", "sh", "-c", script)
+    assert second.proc.wait(timeout=90) == 0, second.lines
+    assert world.value("SELECT version_num FROM alembic_version") == "0003"
+    assert world.value("SELECT to_regclass('invoices') IS NOT NULL") is True
+    assert world.recorded() == recorded

@@ -127,3 +127,26 @@ def test_writes_fail_closed_while_the_store_is_locked_and_reads_still_pass(stack
     (again,) = run_agent(stack, "312", "requests", [thing("locked-out")])
     assert again["x-sidecar-effect"] == "recorded"
     assert stack.counts()["things"] == 1
+
+
+def test_an_agent_killed_mid_request_leaves_the_answer_recorded_not_unknown(stack):
+    """SPEC §3.7: the agent dies while its request is upstream; `sidecar exec` releases
+    the lease, the answer arrives 2 s later and is still recorded, so the next attempt
+    is answered from the log - no CANNOT DETERMINE for an effect that happened once."""
+    slow = thing("late", host="blocked.things.test", path="/slow/things?delay=2")
+    first = start_agent(stack, "312", "requests", [slow])
+    pid = int(first.wait_for(r"^pid (\d+)").group(1))
+    deadline = time.monotonic() + 20
+    while stack.counts()["requests"].get("POST /slow/things") != 1:
+        assert time.monotonic() < deadline, "the request never reached the upstream"
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)  # the agent only: exec sees it die and releases the lease
+    assert first.proc.wait(timeout=30) == 128 + 9
+
+    (again,) = run_agent(stack, "312", "requests", [slow])
+    assert (again["status"], again["x-sidecar-effect"]) == (201, "replayed")
+    assert again["body"]["name"] == "late"
+    assert stack.counts()["things"] == 1
+    (effect,) = settled_effects(stack, "312", events=3)
+    assert [e["event"] for e in effect["events"]] == ["pending", "completed", "replayed"]
+    assert effect["events"][1]["attempt_id"] == effect["origin_attempt_id"]

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from sidecar.domain.model import EffectState, RecordedResponse
-from sidecar.errors import EffectExists, LeaseHeld, NotFound, StaleGeneration
+from sidecar.errors import EffectExists, LeaseHeld, NotFound, StaleGeneration, UnstorableValue
 from tests.conftest import StoreFactory
 
 
@@ -205,3 +205,32 @@ async def test_a_write_fenced_before_it_reached_the_store_is_kept_with_the_other
         2,
     )
     assert kept.reason.startswith("POST api.github.com/repos/acme/app/pulls")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_value_the_store_cannot_hold_fails_only_its_own_write(store, clock):
+    """One client's unstorable write (here a generation beyond 64 bits, whose refusal
+    the store keeps as evidence) shares a group-commit batch with good writes: only it is
+    refused, and every other write of the batch commits."""
+    claims = [await store.claim(f"t{i}", "w", 60) for i in range(20)]
+    good = [
+        store.append_checkpoint(c.task, c.attempt_id, c.generation, "STAGE", {"i": i})
+        for i, c in enumerate(claims)
+    ]
+    poisoned = [store.heartbeat(c.task, c.attempt_id, 1 << 63) for c in claims[:5]]
+    outcomes = await asyncio.gather(*good, *poisoned, return_exceptions=True)
+    written, refused = outcomes[: len(good)], outcomes[len(good) :]
+    assert all(not isinstance(w, BaseException) for w in written), written
+    assert all(isinstance(r, UnstorableValue) for r in refused), refused
+    for i, c in enumerate(claims):
+        assert [x.outputs for x in await store.checkpoints(c.task)] == [{"i": i}]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_lone_surrogate_already_stored_reads_back_replaced(store):
+    """Written before the control API refused such values at the door: reads must still
+    answer, with U+FFFD in its place."""
+    a = await store.claim("312", "w", 60)
+    await store.append_checkpoint("312", a.attempt_id, a.generation, "S", {"note": "x\udc00y"})
+    (checkpoint,) = await store.checkpoints("312")
+    assert checkpoint.outputs == {"note": "x\ufffdy"}

@@ -134,3 +134,31 @@ async def test_malformed_claims_are_invalid_request(client, payload, status, fie
 async def test_invalid_task_ids_are_invalid_request(client):
     response = await client.post("/v1/tasks/a%20b/claim", json={"worker": "a", "ttl_s": 2})
     await problem_of(response, 400, "invalid_request")
+
+
+async def test_a_value_the_store_cannot_hold_is_refused_at_the_door_and_bricks_nothing(client):
+    first = await claim(client)
+    token = {"attempt_id": first["attempt_id"], "generation": 1}
+    # A lone surrogate (valid JSON, not encodable as UTF-8) in a checkpoint's outputs.
+    lone = (
+        b'{"attempt_id": "att-0001", "generation": 1, "stage": "S", "outputs": {"note": "\\udc00"}}'
+    )
+    response = await client.post(
+        "/v1/tasks/312/checkpoints", data=lone, headers={"Content-Type": "application/json"}
+    )
+    body = await problem_of(response, 422, "invalid_request")
+    assert body["errors"][0]["loc"] == ["outputs", "note"]
+    assert "surrogate" in body["errors"][0]["msg"]
+
+    response = await client.post("/v1/tasks/312/heartbeat", json=token | {"generation": 1 << 63})
+    await problem_of(response, 422, "invalid_request")
+    response = await client.post("/v1/tasks/312/heartbeat", json=token | {"attempt_id": "a\x00b"})
+    await problem_of(response, 422, "invalid_request")
+
+    # Nothing of it was written: the task reads, and its holder goes on.
+    assert (await client.get("/v1/tasks/312")).status == 200
+    assert (await client.get("/v1/tasks/312/checkpoints")).status == 200
+    response = await client.post(
+        "/v1/tasks/312/checkpoints", json=token | {"stage": "S", "outputs": {"note": "ok"}}
+    )
+    assert response.status == 201

@@ -115,9 +115,34 @@ def test_a_later_attempt_resolves_an_unknown_effect_and_the_origin_is_kept():
     assert probed.idempotency_key == "att-1:abcd"
 
 
-def test_a_stale_attempt_cannot_complete_after_takeover():
+def test_a_fenced_attempt_still_records_the_answer_to_its_own_forward():
+    """SPEC §3.7: the answer to a request already sent is evidence, not a stale write."""
     clock, state, effect, _ = setup()
     clock.advance(11)
     state = leases.claim(state, "312", "b", 10, clock.now(), "att-2").state
+    kept = move(state, effect, S.COMPLETED, response=RecordedResponse(201))
+    assert (kept.state, kept.attempt_id, kept.generation) == (S.COMPLETED, "att-1", 1)
+
+
+def test_a_released_attempt_still_records_the_answer_to_its_own_forward():
+    _, state, effect, _ = setup()
+    state, _ = leases.release(state, "312", "att-1", 1, ManualClock().now())
+    assert move(state, effect, S.UNKNOWN).state is S.UNKNOWN
+
+
+def test_a_stale_attempt_cannot_record_over_what_the_new_attempt_did():
+    clock, state, effect, _ = setup()
+    clock.advance(11)
+    state = leases.claim(state, "312", "b", 10, clock.now(), "att-2").state
+    taken = move(state, effect, S.UNKNOWN, "att-2", 2)
     with pytest.raises(StaleGeneration):
-        move(state, effect, S.COMPLETED, response=RecordedResponse(201))
+        move(state, taken, S.COMPLETED, response=RecordedResponse(201))
+
+
+def test_a_stale_attempt_cannot_send_again():
+    clock, state, effect, _ = setup()
+    failed = move(state, effect, S.FAILED)
+    clock.advance(11)
+    state = leases.claim(state, "312", "b", 10, clock.now(), "att-2").state
+    with pytest.raises(StaleGeneration):
+        move(state, failed, S.PENDING)

@@ -322,3 +322,34 @@ async def test_an_unexpected_exception_is_answered_and_the_effect_stays_pending(
     again = await call(world, "312", charge)
     assert (again.status, again.disposition) == (201, "recorded")
     assert upstream.sent[1][2]["Idempotency-Key"] == first_key
+
+
+async def test_a_key_the_store_cannot_hold_is_refused_before_anything_is_recorded(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    lone = AgentRequest(
+        HttpRequestFacts.from_target(
+            "POST", "api.test", None, "/repos/app/things", (), b'{"name": "\\udc00"}'
+        ),
+        "https",
+        "/repos/app/things",
+        (),
+    )
+    answer = await call(world, "312", lone)
+    assert (answer.status, json.loads(answer.body)["code"]) == (400, "invalid_request")
+    assert "lone surrogate" in json.loads(answer.body)["detail"]
+    assert upstream.sent == []
+    assert await store.effects("312") == []
+
+
+async def test_a_body_the_store_cannot_hold_is_summarised_with_it_replaced(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(reply(201, {"id": 1}))
+    raw = b'{"order": "o-1", "note": "\\udc00"}'
+    facts = HttpRequestFacts.from_target("POST", "pay.test", None, "/charges", (), raw)
+    answer = await call(world, "312", AgentRequest(facts, "https", "/charges", ()))
+    assert answer.disposition == "recorded"
+    assert upstream.sent[0][3] == raw, "the body goes upstream exactly as sent"
+    (effect,) = await store.effects("312")
+    assert effect.request["body"]["note"] == "\ufffd"

@@ -13,3 +13,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("name", sa.Text, nullable=False),
     )
+
+
+def downgrade() -> None:
+    op.drop_table("customers")

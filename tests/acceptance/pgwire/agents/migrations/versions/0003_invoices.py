@@ -15,3 +15,7 @@ def upgrade() -> None:
         sa.Column("customer_id", sa.Integer, sa.ForeignKey("customers.id")),
     )
     maybe("0003")
+
+
+def downgrade() -> None:
+    op.drop_table("invoices")
