@@ -5,9 +5,15 @@ Check the log first, then record the outcome - around every intercepted effect:
     fenced?  ──yes──▶ 409 stale_generation (bindings)            nothing forwarded
     in flight here? ─▶ wait for it, then look again               never sent twice
     completed ──────▶ replay the recorded answer                  X-Sidecar-Effect: replayed
-    pending/unknown ▶ wait out settle time, then probe | retry | block
+    pending/unknown ▶ probe (found: done) | prove absence, then send again | block
     failed ─────────▶ forward again, same idempotency key
     none ───────────▶ record pending (durable) → forward → record answer → answer
+
+A first try whose answer is late is answered 504 at the rule's ``timeout_s``, but its
+connection is kept (``settle_s`` longer) and its answer still recorded; a probe's "not
+found" is proof of absence only once that connection has ended and ``settle_s`` more has
+passed (SPEC §3.8).  Without that proof and without an idempotency key the effect is not
+sent again: the agent is told to come back (503 ``effect_settling``).
 
 The store is written *before* anything is forwarded and *before* anything is answered; if
 it cannot be written within a bounded retry, the request is refused (503
@@ -65,6 +71,7 @@ SETTLE_WAIT_MAX_S = 30.0
 RELEASE_WAIT_MAX_S = 60.0
 COMPLETED_CACHE = 4096  # completed effects kept in memory for replays
 NOTED_MAX = 65536  # (attempt, effect, event) audit lines remembered as already written
+ENDED_MAX = 65536  # when first tries' connections ended, for proofs of absence
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +118,10 @@ class EffectGuard:
         self._noted: set[tuple[str, str, str, str, str | None]] = set()
         # (task, attempt) -> its forwards in flight, which a release of its lease waits for.
         self._forwarding: dict[tuple[str, str], set[asyncio.Future[None]]] = {}
+        # (task, effect) -> a first try answered late to the agent, whose connection is
+        # kept to record its answer; and when such connections ended (SPEC §3.8).
+        self._lingering: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._ended: OrderedDict[tuple[str, str], datetime] = OrderedDict()
 
     async def handle(
         self, binding: Binding | None, match: RuleMatch, request: AgentRequest
@@ -178,7 +189,8 @@ class EffectGuard:
         # Try to log the effect straight away: a new effect needs nothing more, and one
         # already logged comes back with the refusal - one store round trip either way.
         try:
-            time_left = await self._bindings.with_time_left(call.binding)  # self-fencing
+            # Self-fencing at admission: refused before anything is recorded.
+            await self._bindings.with_time_left(call.binding)
         except StaleGeneration as fenced:
             self.keep_refusal(fenced, call.request.facts, call.rule)
             raise
@@ -209,11 +221,13 @@ class EffectGuard:
         except EffectExists as logged:
             return await self._again(call, logged.existing)
         failpoints.reach("effect.after_pending", call.rule.name)
-        return await self._forward(call, effect, time_left, "recorded")
+        return await self._forward(call, effect, "recorded")
 
     # ---- the effect is in the log -----------------------------------------------------
 
     async def _again(self, call: Call, effect: Effect) -> Answer:
+        if effect.state in (EffectState.PENDING, EffectState.UNKNOWN):
+            effect = await self._first_try_outcome(call, effect)
         if effect.state is EffectState.COMPLETED:
             self._remember(effect)
             return self._replay(call, effect)
@@ -270,34 +284,74 @@ class EffectGuard:
                 f"(see `sidecar effects {call.binding.task}`)",
             )
         if rule.on_unknown is OnUnknown.PROBE:
-            # (A retry needs no settling: the API dedupes on the idempotency key we resend.)
-            await self._settle(call, effect)
-            evidence = await call.codec.probe(
-                self._upstream, call.match, call.request, effect, call.described
-            )
+            evidence = await self._probe(call, effect)
             if evidence is not None:
                 return await self._complete_from_evidence(call, effect, evidence)
+            # "Not found" may only mean "not yet": send again only once the first try can
+            # no longer land (with an idempotency key a retry would be safe anyway); if
+            # that meant waiting, look once more.
+            if rule.idempotency_header is None and await self._prove_absence(call, effect):
+                evidence = await self._probe(call, effect)
+                if evidence is not None:
+                    return await self._complete_from_evidence(call, effect, evidence)
         return await self._retry(call, effect)
 
-    async def _settle(self, call: Call, effect: Effect) -> None:
-        """Wait until whoever left the effect unresolved can no longer land it (SPEC §3.5b)."""
-        since: datetime = effect.updated_at
+    async def _probe(self, call: Call, effect: Effect) -> RecordedResponse | None:
+        return await call.codec.probe(
+            self._upstream, call.match, call.request, effect, call.described
+        )
+
+    async def _first_try_outcome(self, call: Call, effect: Effect) -> Effect:
+        """If this sidecar still holds the first try's connection, wait for its answer
+        (bounded) and return the effect as that answer left it."""
+        slot = (call.binding.task, effect.key)
+        lingering = self._lingering.get(slot)
+        if lingering is None:
+            return effect
+        log.info("waiting for the first try's answer", extra=call.fields)
+        done, _ = await asyncio.wait({lingering}, timeout=SETTLE_WAIT_MAX_S)
+        if not done:
+            raise EffectSettling(
+                f"task {call.binding.task}: the first try of {effect.key!r} is still waiting "
+                "for the upstream's answer; it is recorded when it comes",
+                retry_after_s=SETTLE_WAIT_MAX_S,
+            )
+        now = await self._store.effect(call.binding.task, effect.key)
+        return effect if now is None else now
+
+    async def _prove_absence(self, call: Call, effect: Effect) -> bool:
+        """Wait until a probe's "not found" proves absence (SPEC §3.5b, §3.8): whoever sent
+        the effect can no longer land it and the API has had ``settle_s`` to finish.
+        Whether it had to wait (then the probe must be made again).
+
+        The first try's connection ended when this sidecar saw it end; otherwise (another
+        process sent it) no connection of a sidecar outlives ``timeout_s + settle_s`` after
+        the effect was last written, nor an earlier attempt's lease by ``timeout_s``."""
+        rule = call.rule
+        slot = (call.binding.task, effect.key)
+        settle = timedelta(seconds=rule.settle_s)
+        ended = self._ended.get(slot)
+        if ended is None:
+            ended = effect.updated_at + timedelta(seconds=rule.timeout_s) + settle
         if effect.attempt_id != call.binding.attempt_id:
             earlier = await self._store.attempt(effect.attempt_id)
             if earlier is not None and earlier.lease_until is not None:
-                since = max(since, earlier.lease_until)
-        settled_at = since + timedelta(seconds=call.rule.timeout_s)
-        wait = (settled_at - self._clock.now()).total_seconds()
+                ended = max(ended, earlier.lease_until + timedelta(seconds=rule.timeout_s))
+        proven_at = ended + settle
+        wait = (proven_at - self._clock.now()).total_seconds()
         if wait <= 0:
-            return
+            return False
         if wait > SETTLE_WAIT_MAX_S:
             raise EffectSettling(
-                f"task {call.binding.task}: attempt {effect.attempt_id} could still land "
-                f"{effect.key!r} until {settled_at.isoformat()}; it is checked after that",
+                f"task {call.binding.task}: {effect.key!r} was not found, but its first try "
+                f"could still land until {proven_at.isoformat()} (rule {rule.name}: "
+                f"timeout_s {rule.timeout_s:g}, settle_s {rule.settle_s:g}); it is checked "
+                "again after that, and sent again only if it is still not found",
                 retry_after_s=wait,
             )
-        log.info("waiting %.1fs for an earlier request to settle", wait, extra=call.fields)
+        log.info("waiting %.1fs before absence is proven", wait, extra=call.fields)
         await asyncio.sleep(wait)
+        return True
 
     async def _complete_from_evidence(
         self, call: Call, effect: Effect, evidence: RecordedResponse
@@ -320,11 +374,17 @@ class EffectGuard:
         return _answer(call.codec.replay(completed, call.described), "probed")
 
     async def _retry(self, call: Call, effect: Effect) -> Answer:
-        time_left = await self._bindings.with_time_left(call.binding)
-        effect = await self._transition(
-            call, effect, EffectState.PENDING, "sent again with the first idempotency key"
-        )
-        return await self._forward(call, effect, time_left, "recorded")
+        await self._bindings.with_time_left(call.binding)  # refused before it is reopened
+        if call.rule.idempotency_header and effect.idempotency_key:
+            why = f"sent again with the first idempotency key ({call.rule.idempotency_header})"
+        elif effect.state is EffectState.FAILED:
+            why = "sent again: the first try failed definitively"
+        elif call.rule.effect is EffectKind.CACHE:
+            why = "asked again: a model call is safe to repeat"
+        else:
+            why = "sent again: the probe proved it absent after the first try settled"
+        effect = await self._transition(call, effect, EffectState.PENDING, why)
+        return await self._forward(call, effect, "recorded")
 
     # ---- forwarding and recording -----------------------------------------------------
 
@@ -343,14 +403,12 @@ class EffectGuard:
             )
             await asyncio.wait(list(waiting), timeout=timeout_s)
 
-    async def _forward(
-        self, call: Call, effect: Effect, time_left: timedelta, disposition: str
-    ) -> Answer:
+    async def _forward(self, call: Call, effect: Effect, disposition: str) -> Answer:
         slot = (call.binding.task, call.binding.attempt_id)
         finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._forwarding.setdefault(slot, set()).add(finished)
         try:
-            return await self._forward_and_record(call, effect, time_left, disposition)
+            return await self._forward_and_record(call, effect, disposition)
         finally:
             finished.set_result(None)
             waiting = self._forwarding[slot]
@@ -358,9 +416,7 @@ class EffectGuard:
             if not waiting:
                 del self._forwarding[slot]
 
-    async def _forward_and_record(
-        self, call: Call, effect: Effect, time_left: timedelta, disposition: str
-    ) -> Answer:
+    async def _forward_and_record(self, call: Call, effect: Effect, disposition: str) -> Answer:
         rule, request, facts = call.rule, call.request, call.request.facts
         headers = list(request.headers)
         if rule.idempotency_header and effect.idempotency_key:
@@ -369,13 +425,50 @@ class EffectGuard:
             headers = [(n, v) for n, v in headers if n.lower() != name]
             headers.append((rule.idempotency_header, effect.idempotency_key))
         url = self._upstream.url(request.scheme, facts.host, facts.port, request.target)
-        # Never wait for an answer past the lease: after it, another attempt may probe.
-        timeout = max(0.001, min(rule.timeout_s, time_left.total_seconds()))
+        # Checked again right before sending, not only at admission: a sidecar frozen
+        # since (a GC pause, a stopped VM) may have outlived its lease, and another node
+        # may have taken the task over.  (A freeze between this check and the send is
+        # the window left; an idempotency header closes it on the API's side.)
+        failpoints.reach("effect.before_send", rule.name)
         try:
-            reply = await self._upstream.send(
-                facts.method, url, headers, request.body or None, timeout_s=timeout
+            time_left = await self._bindings.with_time_left(call.binding)
+        except SidecarError as stopped:
+            await self._best_effort(call, effect, EffectState.FAILED, f"not sent: {stopped.detail}")
+            if isinstance(stopped, StaleGeneration):
+                self.keep_refusal(stopped, facts, rule)
+            raise
+        # The agent is answered by the rule's timeout, and never past the lease (after it,
+        # another attempt may probe); the connection itself is kept settle_s longer.
+        answer_within = max(0.001, min(rule.timeout_s, time_left.total_seconds()))
+        sending = asyncio.ensure_future(
+            self._upstream.send(
+                facts.method,
+                url,
+                headers,
+                request.body or None,
+                timeout_s=rule.timeout_s + rule.settle_s,
             )
+        )
+        slot = (call.binding.task, effect.key)
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(sending), answer_within)
+        except TimeoutError:
+            await self._best_effort(
+                call,
+                effect,
+                EffectState.UNKNOWN,
+                f"no answer within {answer_within:g}s; the connection is kept up to "
+                f"{rule.settle_s:g}s longer and its answer recorded",
+            )
+            self._linger(call, effect, sending)
+            raise UpstreamFailed(
+                f"task {call.binding.task}: {facts.method} {url}: no answer within "
+                f"{answer_within:g}s; the outcome of {effect.key!r} is unknown - the answer "
+                "is recorded if it still comes, and it is checked before it is sent again",
+                timeout=True,
+            ) from None
         except UpstreamError as error:
+            self._first_try_ended(slot)
             if not error.sent:
                 # Nothing reached the upstream: a definitive failure, so the next request
                 # for this effect simply sends it (no probe, no block for a human).
@@ -390,27 +483,78 @@ class EffectGuard:
                 "and will be checked before it is sent again",
                 timeout=error.timeout,
             ) from error
+        self._first_try_ended(slot)
         failpoints.reach("effect.after_upstream", rule.name)
+        return await self._record_reply(call, effect, reply, disposition)
+
+    async def _record_reply(
+        self, call: Call, effect: Effect, reply: Reply, disposition: str, *, late: bool = False
+    ) -> Answer:
+        """Record what the upstream answered (before anyone is answered with it)."""
+        rule = call.rule
         if call.codec.already_exists(rule, reply):
             # The upstream says an earlier attempt already made it: fetch it, answer it.
-            evidence = await call.codec.probe(
-                self._upstream, call.match, request, effect, call.described
-            )
+            evidence = await self._probe(call, effect)
             if evidence is not None:
                 return await self._complete_from_evidence(call, effect, evidence)
         state = call.codec.classify(rule, reply)
         recorded = RecordedResponse(
             reply.status, recordable_response_headers(reply.headers), reply.body
         )
-        final = await self._transition(
-            call, effect, state, f"upstream answered {reply.status}", recorded
-        )
+        detail = f"upstream answered {reply.status}"
+        if late:
+            detail += " after the agent was told the request timed out"
+        final = await self._transition(call, effect, state, detail, recorded)
         failpoints.reach("effect.after_record", rule.name)
         if state is EffectState.COMPLETED:
             self._remember(final)
             await self._checkpoint(call, recorded)
         log.info("effect %s: upstream %s", state.value, reply.status, extra=call.fields)
         return _live_answer(reply, disposition, state)
+
+    def _linger(self, call: Call, effect: Effect, sending: asyncio.Future[Reply]) -> None:
+        """Keep the first try's connection after the agent was answered, and record its
+        answer when it comes (SPEC §3.8: an answer seen is an answer kept)."""
+        slot = (call.binding.task, effect.key)
+
+        async def record_when_answered() -> None:
+            try:
+                reply = await sending
+            except UpstreamError as error:
+                log.info("the first try ended with no answer: %s", error, extra=call.fields)
+                return
+            except Exception:  # the connection's end is what matters; the error is logged
+                log.exception("the first try failed", extra=call.fields)
+                return
+            finally:
+                self._first_try_ended(slot)
+            try:
+                await self._record_reply(call, effect, reply, "recorded", late=True)
+            except SidecarError as error:
+                log.warning("a late answer was not recorded: %s", error.detail, extra=call.fields)
+
+        lingering = spawn(record_when_answered(), name=f"linger:{slot[0]}:{slot[1]}")
+        self._lingering[slot] = lingering
+        # The attempt's release waits for it too (bounded), like any forward in flight.
+        attempt = (call.binding.task, call.binding.attempt_id)
+        self._forwarding.setdefault(attempt, set()).add(lingering)
+
+        def forget(task: asyncio.Task[None]) -> None:
+            if self._lingering.get(slot) is task:
+                del self._lingering[slot]
+            waiting = self._forwarding.get(attempt)
+            if waiting is not None:
+                waiting.discard(task)
+                if not waiting:
+                    del self._forwarding[attempt]
+
+        lingering.add_done_callback(forget)
+
+    def _first_try_ended(self, slot: tuple[str, str]) -> None:
+        self._ended[slot] = self._clock.now()
+        self._ended.move_to_end(slot)
+        while len(self._ended) > ENDED_MAX:
+            self._ended.popitem(last=False)
 
     async def _transition(
         self,

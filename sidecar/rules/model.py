@@ -242,7 +242,11 @@ class Rule(_Frozen):
     ``key`` names what makes two requests the same effect; without one, the request itself
     does (``RuleSet.effect_key``). ``idempotency_header`` is the header the sidecar puts
     its minted idempotency key in. ``max_body_bytes`` bounds the request body buffered to
-    key and record the effect; ``timeout_s`` bounds the upstream call.
+    key and record the effect; ``timeout_s`` bounds how long the agent waits for the
+    upstream.  ``settle_s`` is how long the API may keep acting after its client went away
+    (SPEC §3.8): the first try's connection is kept that much longer than ``timeout_s`` and
+    its answer still recorded, and a probe's "not found" proves absence only once that
+    connection has ended and ``settle_s`` more has passed.
     """
 
     name: str
@@ -261,6 +265,7 @@ class Rule(_Frozen):
     protocol: Protocol = Protocol.HTTP
     max_body_bytes: int = Field(default=1 << 20, gt=0)
     timeout_s: float = Field(default=30.0, gt=0, le=600)  # upstream timeout
+    settle_s: float = Field(default=30.0, ge=0, le=3600)  # the API acting after we left
     checkpoint: CheckpointSpec | None = None
 
     @field_validator("name")

@@ -63,6 +63,7 @@ def make_app() -> web.Application:
             web.post("/upload", upload),
             web.get("/slow", slow),
             web.post("/slow/things", slow_thing),
+            web.post("/late/things", late_thing),
             web.post("/broken/things", broken_thing),
             web.post("/held/things", held_thing),
             web.get("/fast", fast),
@@ -158,6 +159,14 @@ async def slow_thing(request: web.Request) -> web.Response:
     thing = _new_thing(request, await request.json())
     await asyncio.sleep(float(request.query.get("delay", "5")))
     return web.json_response(thing, status=201)
+
+
+async def late_thing(request: web.Request) -> web.Response:
+    """Works for ``delay`` seconds, then creates the thing: like a server that is still
+    busy with a request its client has given up on."""
+    body = await request.json()
+    await asyncio.sleep(float(request.query.get("delay", "3")))
+    return web.json_response(_new_thing(request, body), status=201)
 
 
 async def broken_thing(request: web.Request) -> web.Response:

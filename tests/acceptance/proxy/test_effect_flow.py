@@ -204,3 +204,18 @@ def test_a_header_the_upstream_client_cannot_send_is_refused_before_anything_is_
     (again,) = run_agent(stack, "312", "requests", [charge("order-nul")])
     assert again["x-sidecar-effect"] == "recorded"
     assert stack.counts()["charges"] == 1
+
+
+def test_a_late_answer_is_kept_and_the_retry_is_not_sent_again(stack):
+    """SPEC §3.8: the upstream creates the thing 3 s after the request, the rule gives up
+    after 1 s. The agent retries at once; a probe then would find nothing and send it
+    again. Instead the first try's connection is kept, its 201 recorded and replayed."""
+    late = thing("slowpoke", path="/late/things?delay=3")
+    gave_up, again = run_agent(stack, "312", "requests", [late, late])
+    assert (gave_up["status"], gave_up["body"]["code"]) == (504, "upstream_failed")
+    assert (again["status"], again["x-sidecar-effect"]) == (201, "replayed")
+    assert again["body"]["name"] == "slowpoke"
+    assert stack.counts()["requests"].get("POST /late/things") == 1
+    assert stack.counts()["things"] == 1
+    (effect,) = stack.effects("312")
+    assert effect["state"] == "completed"

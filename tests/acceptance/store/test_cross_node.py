@@ -9,12 +9,16 @@ and in the store.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+import requests
 
 from sidecar.testing.github import TASK
 from sidecar.testing.nodes import (
@@ -25,6 +29,8 @@ from sidecar.testing.nodes import (
     thaw,
     wait_frozen,
 )
+from sidecar.testing.processes import Child
+from tests.acceptance.proxy.conftest import RULES
 
 pytestmark = pytest.mark.acceptance
 
@@ -181,3 +187,57 @@ def test_a_frozen_worker_on_one_node_is_taken_over_on_the_other_and_fenced(world
     assert fenced_at_proxy.count(f"POST api.github.com{COMMENTS_PATH}") == 1, fenced_at_proxy
     assert fenced_at_proxy.count(f"POST api.github.com{PULLS_PATH}") in {1, 2}, fenced_at_proxy
     assert len(fenced_at_proxy) in {2, 3}, fenced_at_proxy
+
+
+def _frozen(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_sidecar_frozen_between_recording_and_sending_forwards_nothing_after_takeover(
+    tmp_path: Path, store: SharedStore
+):
+    """SPEC §3.5 and issue 12 item 9: node A records the effect pending, then freezes
+    (SIGSTOP, at the failpoint right before its last lease check) past its lease; B takes
+    the task over on node B and completes the effect; A, thawed, sends nothing."""
+    upstream = Child.python("sidecar.testing.upstream", stderr_path=tmp_path / "upstream.log")
+    with upstream:
+        upstream_url = upstream.wait_for(r"upstream ready (\S+)").group(1)
+        options = {"routes": [f"api.things.test={upstream_url}"], "rules": RULES}
+        freeze = {"SIDECAR_FAILPOINTS": "effect.before_send:test.things.late=stop"}
+        node_a = Node.start(tmp_path / "node-a", "node-a", store.url, env=freeze, **options)
+        node_b = Node.start(tmp_path / "node-b", "node-b", store.url, **options)
+        try:
+            url = "https://api.things.test/late/things?delay=0"
+            status, a = node_a.claim(TASK, "worker-a", 3)
+            assert status == 200, a
+            with ThreadPoolExecutor(1) as pool:
+                sent_by_a = pool.submit(
+                    node_a.through_proxy, "POST", url, task=TASK,
+                    attempt_id=a["attempt_id"], body={"name": "frozen"},
+                )  # fmt: skip
+                deadline = time.monotonic() + 30
+                while not _frozen(node_a.sidecar.proc.pid):
+                    assert time.monotonic() < deadline, "node A never reached the failpoint"
+                    time.sleep(0.05)
+                time.sleep(3.5)  # A's lease runs out while it is frozen
+
+                status, b = node_b.claim(TASK, "worker-b", 60)
+                assert (status, b["generation"]) == (200, 2), b
+                status, _, created = node_b.through_proxy(
+                    "POST", url, task=TASK, attempt_id=b["attempt_id"], body={"name": "frozen"}
+                )
+                assert status == 201, created
+
+                os.kill(node_a.sidecar.proc.pid, signal.SIGCONT)
+                status, headers, refused = sent_by_a.result(timeout=60)
+            assert status in (409, 503), refused
+            assert refused["code"] in ("stale_generation", "lease_expiring"), refused
+            assert headers["X-Sidecar-Effect"] == "refused"
+            counts = requests.get(f"{upstream_url}/_upstream/counts", timeout=10).json()
+            assert counts["requests"].get("POST /late/things") == 1
+            (effect,) = node_b.effects(TASK)
+            assert (effect["state"], effect["generation"]) == ("completed", 2)
+        finally:
+            os.kill(node_a.sidecar.proc.pid, signal.SIGCONT)
+            node_b.stop()
+            node_a.stop()

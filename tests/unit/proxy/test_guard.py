@@ -32,6 +32,7 @@ rules:
     key: "{repo}:{body.name}"
     on_unknown: probe
     timeout_s: 0.05
+    settle_s: 1
     probe:
       request: {path: "/repos/{repo}/things?name={body.name}"}
       found: "length(@) > `0`"
@@ -52,11 +53,19 @@ rules:
 """
 
 
+@dataclass(frozen=True)
+class Late:
+    """An answer that comes ``after_s`` seconds late (servers keep working)."""
+
+    reply: Reply
+    after_s: float
+
+
 @dataclass
 class FakeUpstream:
     """Answers from a script; remembers every request it was sent."""
 
-    answers: list[Reply | Exception] = field(default_factory=list)
+    answers: list[Reply | Late | Exception] = field(default_factory=list)
     sent: list[tuple[str, str, dict[str, str], bytes | None]] = field(default_factory=list)
 
     def url(self, scheme: str, host: str, port: int | None, path_and_query: str) -> URL:
@@ -75,6 +84,9 @@ class FakeUpstream:
     ) -> Reply:
         self.sent.append((method, str(url), dict(headers), body))
         answer = self.answers.pop(0)
+        if isinstance(answer, Late):
+            await asyncio.sleep(answer.after_s)
+            answer = answer.reply
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -174,25 +186,27 @@ async def test_an_unknown_effect_not_found_by_the_probe_is_sent_once_more(world,
     await store.claim("312", "a", 60)
     upstream.answers += [reply(503, {"m": "busy"}), reply(200, []), reply(201, {"id": 2})]
     await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
-    clock.advance(1)
+    clock.advance(1.5)  # the first try ended with its 503, and settle_s has passed
     again = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
     assert (again.status, again.disposition) == (201, "recorded")
     assert [m for m, *_ in upstream.sent] == ["POST", "GET", "POST"]
 
 
-async def test_an_older_attempts_effect_is_not_probed_before_it_settles(world, clock):
+async def test_an_older_attempts_effect_not_found_is_not_sent_again_before_it_settles(world, clock):
     store, upstream = world.store, world.upstream
     await store.claim("312", "a", 60)
     upstream.answers.append(UpstreamError("reset"))
     await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
     # Worker a's lease runs for another 60 s; worker b took over (same worker name
-    # restarted), so a's requests could land until its lease_until + timeout.
+    # restarted), so a's requests could land until its lease_until + timeout, and the
+    # API may act settle_s after that: "not found" before then proves nothing.
     await store.claim("312", "a", 60)
+    upstream.answers.append(reply(200, []))
     refused = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
     assert refused.status == 503
     assert json.loads(refused.body)["code"] == "effect_settling"
-    assert dict(refused.headers)["Retry-After"] == "60"
-    assert len(upstream.sent) == 1
+    assert dict(refused.headers)["Retry-After"] == "61"
+    assert [m for m, *_ in upstream.sent] == ["POST", "GET"]  # probed, not sent again
 
 
 async def test_retry_resends_with_the_idempotency_key_of_the_first_attempt(world, clock):
@@ -353,3 +367,32 @@ async def test_a_body_the_store_cannot_hold_is_summarised_with_it_replaced(world
     assert upstream.sent[0][3] == raw, "the body goes upstream exactly as sent"
     (effect,) = await store.effects("312")
     assert effect.request["body"]["note"] == "\ufffd"
+
+
+async def test_a_late_answer_is_recorded_and_the_retry_gets_it_instead_of_a_second_send(world):
+    """SPEC §3.8: the agent is told 504 at timeout_s; the first try's connection is kept,
+    and the retry waits for its answer instead of probing (too early) and sending again."""
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(Late(reply(201, {"id": 5, "name": "gear"}), after_s=0.3))
+    late = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert (late.status, json.loads(late.body)["code"]) == (504, "upstream_failed")
+    again = await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    assert (again.status, again.disposition) == (201, "replayed")
+    assert json.loads(again.body) == {"id": 5, "name": "gear"}
+    assert [m for m, *_ in upstream.sent] == ["POST"]
+    effect = await store.effect("312", "app:gear")
+    assert effect.state is EffectState.COMPLETED
+    assert "after the agent was told the request timed out" in effect.detail
+
+
+async def test_the_audit_line_of_a_resend_says_why_it_was_safe(world, clock):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers += [reply(503, {"m": "busy"}), reply(200, []), reply(201, {"id": 2})]
+    await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    clock.advance(1.5)
+    await call(world, "312", request("api.test", "/repos/app/things", {"name": "gear"}))
+    details = [e.detail for e in await store.effect_events("312") if e.event == "pending"]
+    assert details[-1] == "sent again: the probe proved it absent after the first try settled"
+    assert not any("idempotency key" in (d or "") for d in details)
