@@ -70,6 +70,7 @@ def make_app() -> web.Application:
             web.post("/effects/{id}", effect),
             web.get("/_upstream/counts", counts),
             web.get("/_upstream/things", all_things),
+            web.get("/_upstream/charges", all_charges),
             web.post("/_upstream/release", release),
         ]
     )
@@ -85,6 +86,7 @@ async def create_charge(request: web.Request) -> web.Response:
     charge = {
         "id": f"ch_{next(state['ids'])}",
         "amount": body.get("amount"),
+        "order": request.headers.get("X-Order-Id"),
         "idempotency_key": key,
     }
     state["charges"][charge["id"]] = charge
@@ -123,6 +125,10 @@ async def list_things(request: web.Request) -> web.Response:
 
 async def all_things(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE]["things"])
+
+
+async def all_charges(request: web.Request) -> web.Response:
+    return web.json_response(list(request.app[STATE]["charges"].values()))
 
 
 async def complete(request: web.Request) -> web.StreamResponse:

@@ -60,7 +60,9 @@ def test_sidecar_killed_before_forwarding_sends_the_effect_exactly_once(make_sta
     (again,) = run_agent(stack, "312", "requests", [thing("bolt")], ttl_s=3, wait_s=30)
     assert again["x-sidecar-effect"] == "recorded"  # probed, not found, sent once
     assert stack.counts()["things"] == 1
-    assert stack.counts()["requests"]["GET /repos/acme/app/things"] == 1
+    # Probed at once, and again once absence was proven (the first try could no longer
+    # land and the rule's settle_s had passed): only then sent.
+    assert stack.counts()["requests"]["GET /repos/acme/app/things"] == 2
 
 
 def test_sidecar_killed_after_recording_replays_the_recorded_answer(make_stack):
