@@ -35,17 +35,17 @@ from sidecar.metrics import Metrics
 from sidecar.pgwire.codec import BackendReader, FrontendReader
 from sidecar.pgwire.exactly_once import PgEffects
 from sidecar.pgwire.mirror import Mirrors
-from sidecar.pgwire.relay import BindRequest, Relay
+from sidecar.pgwire.relay import Relay
 from sidecar.pgwire.relay import Upstream as PgUpstream
 from sidecar.pgwire.session import run_session
 from sidecar.proxy.addons import EffectAddon, ReadinessGate, Router, TaskBinder
-from sidecar.proxy.bindings import Bindings
 from sidecar.proxy.ca import ensure_authority
 from sidecar.proxy.embed import EmbeddedProxy, interception_hosts
 from sidecar.proxy.guard import EffectGuard
 from sidecar.proxy.routes import Routes
 from sidecar.proxy.upstream import Upstream
 from sidecar.readiness import Readiness
+from sidecar.recording.bindings import Bindings, BindRequest
 from sidecar.rulepacks import default_rule_paths
 from sidecar.rules import RuleSet, load_rules
 from sidecar.store import Store, create_store
@@ -175,7 +175,7 @@ async def start(settings: Settings) -> Running:
             addons=[
                 gate,
                 TaskBinder(settings.task),
-                EffectAddon(rules, guard, bindings, metrics),
+                EffectAddon(rules, guard, metrics),
                 Router(routes),
             ],
             allow_hosts=interception_hosts(rules, routes),
@@ -247,7 +247,13 @@ def _pg_relay(
     mirrors: Mirrors,
 ) -> Relay:
     """The PostgreSQL relay; with SQL rules, each connection gets an exactly-once engine."""
-    effects = PgEffects(rules, bindings, store, metrics, mirrors=mirrors) if rules.has_sql else None
+    effects = (
+        PgEffects(
+            rules, bindings, store, metrics, mirrors=mirrors, store_retry_s=settings.store_retry_s
+        )
+        if rules.has_sql
+        else None
+    )
     assert settings.pg_upstream is not None
 
     async def session(
@@ -264,7 +270,7 @@ def _pg_relay(
         if bind.task is None and settings.task:
             # As for HTTP: a connection that names no task acts for the sidecar's own
             # (the Kubernetes shape, where a redirected agent sets no PGOPTIONS).
-            bind = BindRequest(settings.task, None)
+            bind = BindRequest(settings.task, None, "pg")
         engine = effects.engine(bind, database) if effects is not None else None
         await run_session(
             client_reader, client_writer, server_reader, server_writer, frontend, backend, engine

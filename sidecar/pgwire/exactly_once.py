@@ -42,9 +42,9 @@ from sidecar.pgwire.codec import Message
 from sidecar.pgwire.mirror import Done, LogMirror, Mirrors
 from sidecar.pgwire.ordinals import Ordinals
 from sidecar.pgwire.records import Refused, Skipped
-from sidecar.pgwire.relay import BindRequest
 from sidecar.pgwire.session import Conversation, Portal
-from sidecar.proxy.bindings import Binding, Bindings
+from sidecar.recording.bindings import Binding, Bindings, BindRequest
+from sidecar.recording.recorder import Recorder
 from sidecar.rules import EffectKind, RuleSet
 from sidecar.rules.matcher import SqlRuleMatch
 from sidecar.rules.sql import Statement, split
@@ -60,6 +60,10 @@ NO_TRANSACTION = re.compile(
     re.IGNORECASE,
 )
 _FIRST_WORD = re.compile(rb"[A-Za-z]+")
+# Texts classified and kept (the cache is emptied when full); longer texts are not kept.
+CLASSIFIED_MAX = 4096
+CLASSIFIED_TEXT_MAX = 16_384
+type Classified = tuple[tuple[Statement, SqlRuleMatch | None], ...]
 UNBOUND = (
     "no task is bound to this connection: run the agent under `sidecar exec` "
     "(it sets PGOPTIONS=-c sidecar.task=...)"
@@ -75,11 +79,15 @@ class PgEffects:
     store: Store
     metrics: Metrics
     schemas_ready: set[str] = field(default_factory=set)
-    guarded_cache: dict[str, bool] = field(default_factory=dict)
+    classified: dict[str, Classified] = field(default_factory=dict)
     mirrors: Mirrors = field(default_factory=Mirrors)
     ordinals: Ordinals = field(default_factory=Ordinals)
+    store_retry_s: float = 2.0
 
     def __post_init__(self) -> None:
+        self.recorder = Recorder(
+            self.store, self.bindings, self.metrics, store_retry_s=self.store_retry_s
+        )
         self._kinds = _kinds_needed(self.rules)
         self._kinds_b = None if self._kinds is None else {k.encode() for k in self._kinds}
 
@@ -89,12 +97,21 @@ class PgEffects:
     def guards(self, sql: str) -> bool:
         if not self.might_guard(sql.encode()):
             return False  # most statements stop here, unparsed
-        known = self.guarded_cache.get(sql)
+        return any(match is not None for _, match in self.classify(sql))
+
+    def classify(self, sql: str) -> Classified:
+        """Each statement of ``sql``, parsed, with the rule that records it (or None).
+
+        Parsed and matched once per text: the session asks whether a query is guarded,
+        then the engine runs it, and agents send the same texts again and again."""
+        known = self.classified.get(sql)
         if known is None:
-            known = any(self.match(Statement.of(text)) is not None for text in split(sql))
-            if len(self.guarded_cache) > 10_000:
-                self.guarded_cache.clear()
-            self.guarded_cache[sql] = known
+            statements = (Statement.of(text) for text in split(sql))
+            known = tuple((statement, self.match(statement)) for statement in statements)
+            if len(sql) <= CLASSIFIED_TEXT_MAX:
+                if len(self.classified) >= CLASSIFIED_MAX:
+                    self.classified.clear()
+                self.classified[sql] = known
         return known
 
     def might_guard(self, sql: bytes) -> bool:
@@ -138,7 +155,7 @@ class Statements:
         self.shared = shared
         self.bind = bind
         self.database = database
-        self.mirror = LogMirror(shared.store, shared.metrics, database, shared.mirrors)
+        self.mirror = LogMirror(shared.recorder, database, shared.mirrors)
         self.uncommitted: list[Done] = []  # recorded inside a transaction the agent owns
         # The schema was created in the transaction now open: it exists for every other
         # connection only once that transaction commits (see ready()).
@@ -154,7 +171,8 @@ class Statements:
 
     async def simple(self, conversation: Conversation, sql: str, raw: bytes) -> None:
         await conversation.wait_idle()  # the transaction status must be known
-        statements = [Statement.of(text) for text in split(sql)]
+        classified = self.shared.classify(sql)
+        statements = [statement for statement, _ in classified]
         # A multi-statement Query is one implicit transaction: keep it one.  With explicit
         # transaction control inside it, each guarded statement is wrapped on its own.
         wrap_all = conversation.tracker.status == "I" and not any(
@@ -165,8 +183,8 @@ class Statements:
             binding = await self._binding()
             if wrap_all:
                 self._begin(run)
-            for statement in statements:
-                if not await self._one(conversation, binding, statement, run):
+            for statement, match in classified:
+                if not await self._one(conversation, binding, statement, match, run):
                     break
             else:
                 if run.ours_open:
@@ -185,10 +203,14 @@ class Statements:
         conversation.send_client(bytes(run.out))
 
     async def _one(
-        self, conversation: Conversation, binding: Binding, statement: Statement, run: _Query
+        self,
+        conversation: Conversation,
+        binding: Binding,
+        statement: Statement,
+        match: SqlRuleMatch | None,
+        run: _Query,
     ) -> bool:
         """One statement of a simple Query; False if it failed (the rest is skipped)."""
-        match = self.shared.match(statement)
         if match is None:
             answers = await self._ask(conversation, run, messages.query(statement.text))
             run.out += b"".join(a.raw for a in answers if a.kind != b"Z")
@@ -372,8 +394,9 @@ class Statements:
     # ---- extended query protocol ----------------------------------------------------
 
     async def execute(self, conversation: Conversation, portal: Portal, raw: bytes) -> None:
-        statement = Statement.of(portal.statement.sql)
-        match = self.shared.match(statement)
+        # A Parse message holds one statement (PostgreSQL refuses more), classified when
+        # the session asked whether it is guarded.
+        ((statement, match),) = self.shared.classify(portal.statement.sql)
         assert match is not None  # the session only hands over guarded statements
         parameters = portal.bind.parameters if portal.bind else ()
         try:
@@ -528,17 +551,16 @@ class Statements:
             await conversation.ask(messages.query(records.REFUSED))
 
     async def _binding(self) -> Binding:
-        bind, bindings = self.bind, self.shared.bindings
+        """The connection's binding, fenced and self-fenced by the recording layer; its
+        refusals as the ErrorResponse codes the agent sees (``ES`` + the HTTP status)."""
+        what = f"SQL on database {self.database}"
+        recorder = self.shared.recorder
         try:
-            if bind.task is None:
+            binding = await recorder.bind(self.bind, what, "postgres")
+            if binding is None:
                 raise Refused("ES428", UNBOUND)
-            if bind.attempt_id is not None:
-                binding = await bindings.for_attempt(bind.task, bind.attempt_id)
-            else:
-                binding = await bindings.for_task(bind.task, "pg")
-            await bindings.with_time_left(binding)  # self-fencing: SPEC §3.5
+            await recorder.admit(binding, what, "postgres")
         except StaleGeneration as stale:
-            self.shared.metrics.stale_writes_refused.labels("postgres").inc()
             raise Refused("ES409", f"effect-sidecar: {stale.detail}") from stale
         except SidecarError as error:
             raise Refused("ES" + str(error.status), f"effect-sidecar: {error.detail}") from error

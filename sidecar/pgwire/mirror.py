@@ -30,13 +30,12 @@ from typing import Any
 from sidecar.aio import spawn
 from sidecar.domain.model import Effect, EffectState
 from sidecar.errors import EffectExists, SidecarError, StaleGeneration
-from sidecar.metrics import Metrics
 from sidecar.pgwire.codec import Message
 from sidecar.pgwire.records import Refused, as_response, error_text
-from sidecar.proxy.bindings import Binding
+from sidecar.recording.bindings import Binding
+from sidecar.recording.recorder import Recorder
 from sidecar.rules.matcher import SqlRuleMatch
 from sidecar.rules.sql import Statement
-from sidecar.store import Store
 
 log = logging.getLogger("sidecar.pgwire")
 
@@ -80,13 +79,14 @@ class Mirrors:
 class LogMirror:
     """The effect-log writes of one agent connection."""
 
-    def __init__(
-        self, store: Store, metrics: Metrics, database: str, mirrors: Mirrors | None = None
-    ) -> None:
+    def __init__(self, recorder: Recorder, database: str, mirrors: Mirrors | None = None) -> None:
         if mirrors is not None:
             mirrors.add(self)
-        self._store = store
-        self._metrics = metrics
+        # Every write goes through the recorder's bounded retry, as the HTTP path's do: a
+        # short store blip must not fail the statement (SPEC §3.4).
+        self._durably = recorder.durably
+        self._store = recorder.store
+        self._metrics = recorder.metrics
         self._database = database
         self._behind: dict[str, asyncio.Task[None]] = {}
         self._held: list[tuple[str, Coroutine[Any, Any, None]]] = []
@@ -111,24 +111,23 @@ class LogMirror:
         self.flush()  # the held-back writes join this one's commit
         await self._caught_up(key)
         try:
-            await self._store.record_pending(
+            await self._durably(lambda: self._store.record_pending(
                 binding.task, key, binding.attempt_id, binding.generation,
                 kind="sql", rule=match.rule.name,
                 fingerprint="sha256:" + hashlib.sha256(statement.normalised.encode()).hexdigest(),
                 idempotency_key=None,
                 request={"database": self._database, "statement": statement.normalised[:4000]},
-            )  # fmt: skip
+            ))  # fmt: skip
         except EffectExists as logged:
             existing = logged.existing
             if existing.state is EffectState.PENDING:
-                existing = await self._store.transition_effect(
+                existing = await self._durably(lambda: self._store.transition_effect(
                     binding.task, key, binding.attempt_id, binding.generation,
                     EffectState.UNKNOWN,
                     detail="the try that logged it ended before its transaction's outcome was seen",
-                )  # fmt: skip
+                ))  # fmt: skip
             return existing
-        except StaleGeneration as stale:
-            self._metrics.stale_writes_refused.labels("postgres").inc()
+        except StaleGeneration as stale:  # counted by the store's observer, kept by the store
             raise Refused("ES409", f"effect-sidecar: {stale.detail}") from stale
         except SidecarError as error:
             raise Refused("ES503", f"effect-sidecar: {error.detail}") from error
@@ -145,10 +144,10 @@ class LogMirror:
         if logged not in _NOT_DONE:
             return
         try:
-            await self._store.transition_effect(
+            await self._durably(lambda: self._store.transition_effect(
                 binding.task, key, binding.attempt_id, binding.generation, EffectState.PENDING,
                 detail="no record committed in the target database: running it again",
-            )  # fmt: skip
+            ))  # fmt: skip
         except StaleGeneration as stale:
             raise Refused("ES409", f"effect-sidecar: {stale.detail}") from stale
         except SidecarError as error:
@@ -232,19 +231,19 @@ class LogMirror:
         store = self._store
         try:
             if logged is EffectState.FAILED:
-                await store.transition_effect(
+                await self._durably(lambda: store.transition_effect(
                     binding.task, key, binding.attempt_id, binding.generation,
                     EffectState.PENDING, detail="a record committed in the target database",
-                )  # fmt: skip
+                ))  # fmt: skip
             if logged is not EffectState.COMPLETED:
-                await store.transition_effect(
+                await self._durably(lambda: store.transition_effect(
                     binding.task, key, binding.attempt_id, binding.generation,
                     EffectState.COMPLETED, response=as_response(tag),
                     detail=f"{tag}: committed in the target database",
-                )  # fmt: skip
-            await store.note_effect(
+                ))  # fmt: skip
+            await self._durably(lambda: store.note_effect(
                 binding.task, key, binding.attempt_id, binding.generation, "replayed"
-            )
+            ))  # fmt: skip
         except SidecarError as error:
             log.warning("replay of %s not written to the effect log: %s", key, error.detail)
 
@@ -252,10 +251,10 @@ class LogMirror:
         binding = done.binding
         completed = outcome is EffectState.COMPLETED
         try:
-            await self._store.transition_effect(
+            await self._durably(lambda: self._store.transition_effect(
                 binding.task, done.key, binding.attempt_id, binding.generation, outcome,
                 response=as_response(done.tag) if completed else None, detail=detail,
-            )  # fmt: skip
+            ))  # fmt: skip
             disposition = "recorded" if completed else "rolled_back"
             self._metrics.effects.labels(done.rule, disposition).inc()
         except SidecarError as error:

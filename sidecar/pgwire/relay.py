@@ -45,6 +45,7 @@ from sidecar.pgwire.codec import (
     Startup,
     startup_packet,
 )
+from sidecar.recording.bindings import BindRequest
 
 log = logging.getLogger("sidecar.pgwire")
 
@@ -75,12 +76,6 @@ class Upstream:
         return cls(parts.hostname, parts.port or 5432, mode == "require")
 
 
-@dataclass(frozen=True, slots=True)
-class BindRequest:
-    task: str | None
-    attempt_id: str | None
-
-
 def split_binding(parameters: dict[str, str]) -> tuple[dict[str, str], BindRequest]:
     """The startup parameters to forward, and the binding taken out of them."""
     found: dict[str, str] = {}
@@ -96,7 +91,7 @@ def split_binding(parameters: dict[str, str]) -> tuple[dict[str, str], BindReque
                 kept[name] = rest
         else:
             kept[name] = value
-    return kept, BindRequest(found.get("task"), found.get("attempt"))
+    return kept, BindRequest(found.get("task"), found.get("attempt"), "pg")
 
 
 def original_destination(writer: asyncio.StreamWriter) -> tuple[str, int] | None:

@@ -26,9 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -37,7 +35,7 @@ from sidecar.aio import spawn
 from sidecar.clock import Clock
 from sidecar.domain.ids import idempotency_key
 from sidecar.domain.model import Effect, EffectState, RecordedResponse
-from sidecar.domain.text import scrubbed, scrubbed_text, text_problem
+from sidecar.domain.text import scrubbed, text_problem
 from sidecar.errors import (
     EffectExists,
     EffectSettling,
@@ -47,19 +45,17 @@ from sidecar.errors import (
     PayloadTooLarge,
     SidecarError,
     SidecarFault,
-    StaleGeneration,
-    StoreUnavailable,
     TaskUnbound,
     UpstreamFailed,
 )
 from sidecar.metrics import Metrics
-from sidecar.proxy.bindings import Binding, Bindings
 from sidecar.proxy.codecs import Codec, Content, Described, GitPushCodec, HttpCodec, codec_for
 from sidecar.proxy.exchange import AgentRequest, Answer, Sender, refusal, unsendable_header
 from sidecar.proxy.redact import recordable_response_headers, request_summary
 from sidecar.proxy.upstream import Reply, UpstreamError
+from sidecar.recording.bindings import Binding, Bindings
+from sidecar.recording.recorder import Recorder
 from sidecar.rules import EffectKind, OnDivergence, OnUnknown, RuleMatch, RuleSet
-from sidecar.rules.matcher import HttpRequestFacts
 from sidecar.rules.model import Rule
 from sidecar.store import Store
 
@@ -89,6 +85,12 @@ class Call:
         return self.match.rule
 
     @property
+    def what(self) -> str:
+        """The request as a refusal in the audit trail names it."""
+        facts = self.request.facts
+        return f"{facts.method} {facts.host}{facts.path} (rule {self.rule.name})"
+
+    @property
     def fields(self) -> dict[str, object]:
         return _fields(self.binding, self.rule) | {"effect_key": self.described.key}
 
@@ -105,12 +107,11 @@ class EffectGuard:
         *,
         store_retry_s: float = 2.0,
     ) -> None:
+        self._recorder = Recorder(store, bindings, metrics, store_retry_s=store_retry_s)
         self._store = store
-        self._bindings = bindings
         self._upstream = upstream
         self._clock = clock
         self._metrics = metrics
-        self._store_retry_s = store_retry_s
         self._http = HttpCodec(rules)
         self._git = GitPushCodec()
         self._in_flight: dict[tuple[str, str], asyncio.Future[None]] = {}
@@ -122,6 +123,11 @@ class EffectGuard:
         # kept to record its answer; and when such connections ended (SPEC §3.8).
         self._lingering: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._ended: OrderedDict[tuple[str, str], datetime] = OrderedDict()
+
+    @property
+    def recorder(self) -> Recorder:
+        """The effect-recording layer (binding, fencing, durable writes) it runs on."""
+        return self._recorder
 
     async def handle(
         self, binding: Binding | None, match: RuleMatch, request: AgentRequest
@@ -188,12 +194,8 @@ class EffectGuard:
     async def _first_try(self, call: Call) -> Answer:
         # Try to log the effect straight away: a new effect needs nothing more, and one
         # already logged comes back with the refusal - one store round trip either way.
-        try:
-            # Self-fencing at admission: refused before anything is recorded.
-            await self._bindings.with_time_left(call.binding)
-        except StaleGeneration as fenced:
-            self.keep_refusal(fenced, call.request.facts, call.rule)
-            raise
+        # Self-fencing at admission: refused before anything is recorded.
+        await self._recorder.admit(call.binding, call.what, "proxy")
         request, facts, binding = call.request, call.request.facts, call.binding
         summary = request_summary(
             facts.method,
@@ -205,7 +207,7 @@ class EffectGuard:
             None if call.described.push is not None else request.body,
         )
         try:
-            effect = await self._durably(
+            effect = await self._recorder.durably(
                 lambda: self._store.record_pending(
                     binding.task,
                     call.described.key,
@@ -356,7 +358,7 @@ class EffectGuard:
     async def _complete_from_evidence(
         self, call: Call, effect: Effect, evidence: RecordedResponse
     ) -> Answer:
-        completed = await self._durably(
+        completed = await self._recorder.durably(
             lambda: self._store.transition_effect(
                 call.binding.task,
                 effect.key,
@@ -374,7 +376,7 @@ class EffectGuard:
         return _answer(call.codec.replay(completed, call.described), "probed")
 
     async def _retry(self, call: Call, effect: Effect) -> Answer:
-        await self._bindings.with_time_left(call.binding)  # refused before it is reopened
+        await self._recorder.admit(call.binding, call.what, "proxy")  # before it is reopened
         if call.rule.idempotency_header and effect.idempotency_key:
             why = f"sent again with the first idempotency key ({call.rule.idempotency_header})"
         elif effect.state is EffectState.FAILED:
@@ -431,11 +433,9 @@ class EffectGuard:
         # the window left; an idempotency header closes it on the API's side.)
         failpoints.reach("effect.before_send", rule.name)
         try:
-            time_left = await self._bindings.with_time_left(call.binding)
+            time_left = await self._recorder.admit(call.binding, call.what, "proxy")
         except SidecarError as stopped:
             await self._best_effort(call, effect, EffectState.FAILED, f"not sent: {stopped.detail}")
-            if isinstance(stopped, StaleGeneration):
-                self.keep_refusal(stopped, facts, rule)
             raise
         # The agent is answered by the rule's timeout, and never past the lease (after it,
         # another attempt may probe); the connection itself is kept settle_s longer.
@@ -565,7 +565,7 @@ class EffectGuard:
         response: RecordedResponse | None = None,
     ) -> Effect:
         binding = call.binding
-        return await self._durably(
+        return await self._recorder.durably(
             lambda: self._store.transition_effect(
                 binding.task,
                 effect.key,
@@ -596,7 +596,7 @@ class EffectGuard:
         outputs = {name: expr.search(data) for name, expr in spec.outputs.items()}
         binding = call.binding
         try:
-            await self._durably(
+            await self._recorder.durably(
                 lambda: self._store.append_checkpoint(
                     binding.task, binding.attempt_id, binding.generation, spec.stage, outputs
                 )
@@ -617,7 +617,7 @@ class EffectGuard:
 
         async def write() -> None:
             try:
-                await self._durably(
+                await self._recorder.durably(
                     lambda: self._store.note_effect(
                         binding.task,
                         effect.key,
@@ -631,38 +631,6 @@ class EffectGuard:
                 log.warning("audit line %s for %s not written: %s", event, effect.key, error.detail)
 
         spawn(write(), name=f"note:{binding.task}:{event}")
-
-    def keep_refusal(self, fenced: StaleGeneration, facts: HttpRequestFacts, rule: Rule) -> None:
-        """Log in the store, in the background, a request fenced before it reached the
-        store, so the audit trail shows every refused write, not only the store's own."""
-        self._metrics.stale_writes_refused.labels("proxy").inc()
-        reason = f"{facts.method} {facts.host}{facts.path} (rule {rule.name}): {fenced.reason}"
-        reason = scrubbed_text(reason)  # a path may carry bytes UTF-8 cannot encode
-
-        async def write() -> None:
-            try:
-                await self._durably(lambda: self._store.note_refusal(fenced, reason))
-            except SidecarError as error:
-                log.warning("refusal of %s not kept: %s", fenced.attempt_id, error.detail)
-
-        spawn(write(), name=f"refusal:{fenced.task}")
-
-    async def _durably[T](self, write: Callable[[], Awaitable[T]]) -> T:
-        """Run a store write, retrying an unavailable store with backoff and jitter for
-        ``store_retry_s``: the last try is made at the deadline, not a backoff step before
-        it, so a refusal always comes after the whole bound."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._store_retry_s
-        delay = 0.05
-        while True:
-            try:
-                return await write()
-            except StoreUnavailable:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise
-                await asyncio.sleep(min(left, delay * random.uniform(0.5, 1.5)))  # noqa: S311
-                delay = min(delay * 2, 0.5)
 
 
 def fault(unexpected: BaseException, rule: Rule) -> SidecarFault:

@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
 
 from mitmproxy import connection, http
 
+from sidecar.recording.bindings import BindRequest
+
 METADATA = "sidecar.bind"
 TASK_HEADER = "X-Sidecar-Task"
-
-
-@dataclass(frozen=True, slots=True)
-class BindRequest:
-    task: str | None
-    attempt_id: str | None
-    source: str  # "credentials" | "header" | "default" | "none"
 
 
 def _credentials(value: str | None) -> tuple[str, str] | None:

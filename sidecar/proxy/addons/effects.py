@@ -20,10 +20,9 @@ import logging
 from mitmproxy import http
 from mitmproxy.utils.strutils import always_bytes
 
-from sidecar.errors import PayloadTooLarge, SidecarError, SidecarFault, StaleGeneration
+from sidecar.errors import PayloadTooLarge, SidecarError, SidecarFault
 from sidecar.metrics import Metrics
-from sidecar.proxy.addons.binder import METADATA, BindRequest
-from sidecar.proxy.bindings import Binding, Bindings
+from sidecar.proxy.addons.binder import METADATA
 from sidecar.proxy.exchange import AgentRequest, Answer, refusal
 from sidecar.proxy.guard import EffectGuard, fault
 from sidecar.rules import RuleMatch, RuleSet
@@ -66,12 +65,9 @@ def _facts(flow: http.HTTPFlow, body: bytes | None) -> HttpRequestFacts:
 
 
 class EffectAddon:
-    def __init__(
-        self, rules: RuleSet, guard: EffectGuard, bindings: Bindings, metrics: Metrics
-    ) -> None:
+    def __init__(self, rules: RuleSet, guard: EffectGuard, metrics: Metrics) -> None:
         self.rules = rules
         self.guard = guard
-        self.bindings = bindings
         self.metrics = metrics
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -118,11 +114,11 @@ class EffectAddon:
             flow.response = to_response(refusal(fault(unexpected, match.rule)))
 
     async def _guard(self, flow: http.HTTPFlow, match: RuleMatch) -> None:
+        seen = flow.request
+        what = f"{seen.method} {seen.pretty_host}{seen.path} (rule {match.rule.name})"
         try:
-            binding = await self._binding(flow.metadata.get(METADATA))
+            binding = await self.guard.recorder.bind(flow.metadata.get(METADATA), what, "proxy")
         except SidecarError as error:
-            if isinstance(error, StaleGeneration):
-                self.guard.keep_refusal(error, _facts(flow, None), match.rule)
             log.warning("binding refused: %s", error.detail, extra={"rule": match.rule.name})
             flow.response = to_response(refusal(error))
             return
@@ -140,10 +136,3 @@ class EffectAddon:
         flow.response.stream = True
         flow.response.headers["X-Sidecar-Effect"] = "passthrough"
         self.metrics.passthrough.inc()
-
-    async def _binding(self, bind: BindRequest | None) -> Binding | None:
-        if bind is None or bind.task is None:
-            return None
-        if bind.attempt_id is not None:
-            return await self.bindings.for_attempt(bind.task, bind.attempt_id)
-        return await self.bindings.for_task(bind.task, bind.source)

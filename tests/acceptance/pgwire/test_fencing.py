@@ -5,7 +5,9 @@ and answer COMMIT with ROLLBACK) leave nothing to replay."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 
 import psycopg
 import pytest
@@ -53,6 +55,32 @@ def test_a_stale_generation_is_refused_and_its_statement_never_runs(
     assert not exists(world, "written_by_a")
     task = world.effects()
     assert task == []  # nothing was logged for the stale attempt
+    # ... but the refusal is in the audit trail, as an HTTP one is, and counted once.
+    refused_writes = wait_for_refusals(world, 1)
+    assert refused_writes[0]["attempt_id"] == stale.attempt_id
+    assert "SQL on database" in refused_writes[0]["reason"]
+    assert stale_writes_counted(world) == 1
+
+
+def wait_for_refusals(world: PostgresWorld, count: int) -> list[dict[str, object]]:
+    """The task's refused writes once ``count`` are there (they are kept in the background)."""
+    deadline = time.monotonic() + 10
+    while True:
+        with urllib.request.urlopen(f"{world.control}/v1/tasks/312", timeout=10) as answer:
+            found: list[dict[str, object]] = json.load(answer)["refused_writes"]
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def stale_writes_counted(world: PostgresWorld) -> float:
+    with urllib.request.urlopen(f"{world.control}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("sidecar_stale_writes_refused_total{")
+    )
 
 
 def test_a_stale_statement_inside_a_transaction_fails_that_transaction(

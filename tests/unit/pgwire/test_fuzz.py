@@ -36,8 +36,9 @@ from sidecar.pgwire.codec import (
     message,
     startup_packet,
 )
-from sidecar.pgwire.relay import BindRequest, Relay, Upstream
+from sidecar.pgwire.relay import Relay, Upstream
 from sidecar.pgwire.session import Conversation, Portal, run_session
+from sidecar.recording.bindings import BindRequest
 
 FUZZ = settings(max_examples=200, deadline=None)
 RELAY_FUZZ = settings(max_examples=120, deadline=None)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sidecar.errors import ConfigError
-from sidecar.pgwire.relay import BindRequest, Upstream, split_binding
+from sidecar.pgwire.relay import Upstream, split_binding
+from sidecar.recording.bindings import BindRequest
 
 
 def test_the_upstream_is_a_postgresql_url_without_credentials() -> None:
@@ -41,7 +42,7 @@ def test_pgoptions_binding_is_taken_out_and_the_rest_of_options_kept() -> None:
             "options": "-c statement_timeout=5s -c sidecar.task=312 -c sidecar.attempt=att-1",
         }
     )
-    assert bind == BindRequest("312", "att-1")
+    assert bind == BindRequest("312", "att-1", "pg")
     assert forwarded == {"user": "app", "database": "shop", "options": "-c statement_timeout=5s"}
 
 
@@ -49,17 +50,17 @@ def test_binding_as_startup_parameters_as_asyncpg_sends_them() -> None:
     forwarded, bind = split_binding(
         {"user": "app", "sidecar.task": "312", "sidecar.attempt": "att-2"}
     )
-    assert bind == BindRequest("312", "att-2")
+    assert bind == BindRequest("312", "att-2", "pg")
     assert forwarded == {"user": "app"}
 
 
 def test_options_holding_only_the_binding_are_dropped_entirely() -> None:
     forwarded, bind = split_binding({"user": "app", "options": "-c sidecar.task=9"})
-    assert bind == BindRequest("9", None)
+    assert bind == BindRequest("9", None, "pg")
     assert "options" not in forwarded
 
 
 def test_no_binding_at_all() -> None:
     forwarded, bind = split_binding({"user": "app", "application_name": "psql"})
-    assert bind == BindRequest(None, None)
+    assert bind == BindRequest(None, None, "pg")
     assert forwarded == {"user": "app", "application_name": "psql"}

@@ -15,10 +15,10 @@ from sidecar.clock import ManualClock
 from sidecar.domain.model import EffectState
 from sidecar.errors import StoreUnavailable
 from sidecar.metrics import Metrics
-from sidecar.proxy.bindings import Bindings
 from sidecar.proxy.exchange import AgentRequest
 from sidecar.proxy.guard import EffectGuard
 from sidecar.proxy.upstream import Reply, UpstreamError
+from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
 from sidecar.rules.matcher import HttpRequestFacts
 from sidecar.store.memory import MemoryStore

@@ -11,12 +11,13 @@ from mitmproxy.test import tflow
 
 from sidecar.errors import ConfigError
 from sidecar.metrics import Metrics
-from sidecar.proxy.addons.binder import METADATA, BindRequest, TaskBinder
+from sidecar.proxy.addons.binder import METADATA, TaskBinder
 from sidecar.proxy.addons.effects import EffectAddon
 from sidecar.proxy.addons.gate import ReadinessGate
 from sidecar.proxy.embed import interception_hosts
 from sidecar.proxy.redact import REDACTED, request_summary
 from sidecar.proxy.routes import Routes
+from sidecar.recording.bindings import BindRequest
 from sidecar.rules import load_rules
 
 
@@ -121,13 +122,17 @@ class _BrokenRules:
         raise RuntimeError("matcher bug")
 
 
-class _BrokenBindings:
-    async def for_task(self, task: str, source: str) -> object:
+class _BrokenRecorder:
+    async def bind(self, request: object, what: str, protocol: str) -> object:
         raise RuntimeError("binding bug")
 
 
-def _addon(rules: object, bindings: object) -> EffectAddon:
-    return EffectAddon(rules, None, bindings, Metrics())  # type: ignore[arg-type]
+class _BrokenGuard:
+    recorder = _BrokenRecorder()
+
+
+def _addon(rules: object, guard: object) -> EffectAddon:
+    return EffectAddon(rules, guard, Metrics())  # type: ignore[arg-type]
 
 
 def test_a_failure_while_matching_answers_500_and_never_lets_the_flow_through():
@@ -151,7 +156,7 @@ async def test_a_failure_while_guarding_answers_500_and_never_lets_the_flow_thro
     flow = tflow.tflow()
     flow.request.method = "POST"
     flow.metadata[METADATA] = BindRequest(task="312", attempt_id=None, source="header")
-    addon = _addon(rules, _BrokenBindings())
+    addon = _addon(rules, _BrokenGuard())
     addon.requestheaders(flow)
     assert flow.response is None, "matched, waiting for its body"
     await addon.request(flow)

@@ -1,6 +1,7 @@
-"""Which task, attempt and generation a proxied request acts for, and whether it still may.
+"""Which task, attempt and generation an effect acts for, and whether it still may.
 
-A request is bound by, in order of precedence:
+What a protocol tells (a :class:`BindRequest`) is resolved here, the same for HTTP and
+SQL.  An HTTP request is bound by, in order of precedence:
 
 1. the proxy credentials of its connection, ``http://TASK:ATTEMPT_ID@sidecar:port``, which
    ``sidecar exec`` puts in ``HTTP(S)_PROXY``: the attempt is pinned, so a worker that
@@ -8,6 +9,9 @@ A request is bound by, in order of precedence:
 2. an ``X-Sidecar-Task: TASK`` header (stripped before forwarding): the task's current
    attempt as this sidecar knows it;
 3. the sidecar's configured ``--task``.
+
+A PostgreSQL connection is bound by its startup options (``-c sidecar.task=T -c
+sidecar.attempt=A``, which ``sidecar exec`` puts in ``PGOPTIONS``), else the ``--task``.
 
 :class:`Bindings` follows every claim, heartbeat and release written through this
 sidecar's store (it is a store observer), so it knows leases granted through its control
@@ -27,6 +31,15 @@ from sidecar.domain.model import Claim, TaskState
 from sidecar.errors import LeaseExpiring, NotFound, SidecarError, StaleGeneration, TaskUnbound
 from sidecar.store import Store, WriteObserver
 from sidecar.store.commands import Command, Heartbeat, Release
+
+
+@dataclass(frozen=True, slots=True)
+class BindRequest:
+    """What a request or connection says it acts for, before it is resolved."""
+
+    task: str | None
+    attempt_id: str | None
+    source: str = "default"  # "credentials" | "header" | "default" | "pg" | "none"
 
 
 @dataclass(frozen=True, slots=True)
