@@ -148,6 +148,21 @@ class _Query:
     committed: list[Done] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class _Wire:
+    """How one guarded statement travels, for :meth:`Statements._guarded`: the simple
+    protocol (requests end with Sync; the answer is gathered for one reply) or the
+    extended one (requests end with Flush, the agent's own Sync follows; the answer goes
+    to the agent as it comes)."""
+
+    ask: Callable[..., Awaitable[list[Message]]]  # the sidecar's own request, answered
+    run: Callable[[], Awaitable[list[Message]]]  # the agent's statement, answered
+    answer: Callable[[bytes], None]  # what the agent gets for it
+    complete: Callable[[list[bytes]], Awaitable[None]]  # the record's completion
+    ensure_schema: Callable[[], Awaitable[None]]
+    simple: bool
+
+
 class Statements:
     """The engine of one agent connection (see the module docstring)."""
 
@@ -244,60 +259,77 @@ class Statements:
     ) -> Done | bool | None:
         """Run (or replay) one guarded statement, its answer added to ``run.out``: its
         Done if it ran, True if replayed, None if it failed."""
+
+        async def complete(request: list[bytes]) -> None:
+            if run.ours_open:
+                run.owed.append(request)  # goes with our COMMIT
+                return
+            answers = await self._ask(conversation, run, *request)
+            records.raise_on_error(answers, "cannot complete the record in effect_sidecar.effects")
+
+        def answer(raw: bytes) -> None:
+            run.out += raw
+
+        wire = _Wire(
+            ask=lambda *parts: self._ask(conversation, run, *parts),
+            run=lambda: self._ask(conversation, run, messages.query(statement.text)),
+            answer=answer,
+            complete=complete,
+            ensure_schema=lambda: self._ensure_schema(conversation, run),
+            simple=True,
+        )
         key = self._take(binding, statement, match.key(statement))
         try:
-            return await self._run_guarded_simple(conversation, binding, match, statement, run, key)
+            return await self._guarded(wire, binding, match, statement, key)
         except BaseException:
             self._give_back(binding, key)  # refused or broken: nothing of it committed
             raise
 
-    async def _run_guarded_simple(
+    async def _guarded(
         self,
-        conversation: Conversation,
+        wire: _Wire,
         binding: Binding,
         match: SqlRuleMatch,
         statement: Statement,
-        run: _Query,
         key: str,
     ) -> Done | bool | None:
+        """Record, then replay or run one guarded statement, whichever protocol carries
+        it: its Done if it ran, True if it was answered from its record, None if it
+        failed.  The effect is logged pending while the record is inserted, and that
+        write is awaited before the statement may run."""
         logging_it = asyncio.ensure_future(self.mirror.pending(binding, match, key, statement))
         try:
-            await self._ensure_schema(conversation, run)
+            await wire.ensure_schema()
             values = records.record_values(
                 binding.task, key, binding.attempt_id, binding.generation, statement.text
             )
-            answers = await self._ask(
-                conversation, run, *records.request(records.RECORD, values, sync=True)
-            )
+            answers = await wire.ask(*records.request(records.RECORD, values, sync=wire.simple))
             self._check_record(answers)
         finally:
             logged = await logging_it  # before the statement may run: logged pending
         if not records.is_new(answers):
-            answers = await self._ask(
-                conversation, run, *records.request(records.RECALL, [binding.task, key], sync=True)
-            )
+            recall = records.request(records.RECALL, [binding.task, key], sync=wire.simple)
+            answers = await wire.ask(*recall)
             records.raise_on_error(answers, "cannot read effect_sidecar.effects")
             recalled = records.recalled(answers)
             self._replayed(binding, key, logged, recalled.tag, match.rule.name)
-            run.out += recalled.answer(simple=True)
+            wire.answer(recalled.answer(simple=wire.simple))
             return True
         await self.mirror.run_again(binding, key, logged)
-        answers = await self._ask(conversation, run, messages.query(statement.text))
-        run.out += b"".join(a.raw for a in answers if a.kind != b"Z")
+        answers = await wire.run()
         done = Done(binding, key, match.rule.name, records.command_tag(answers))
+        relayed = b"".join(a.raw for a in answers if a.kind != b"Z")
         if any(a.kind == b"E" for a in answers):
+            wire.answer(relayed)
             self._failed(done, answers)
             return None
         failpoints.reach("sql.after_statement", match.rule.name)
+        # (An Execute's answer has no RowDescription: Describe gave it to the agent.)
         description = b"".join(a.raw for a in answers if a.kind == b"T")
         rows = b"".join(a.raw for a in answers if a.kind == b"D")
         values = records.complete_values(binding.task, key, done.tag, description, rows)
-        completion = records.request(records.COMPLETE, values, sync=True)
-        if run.ours_open:
-            run.owed.append(completion)  # goes with our COMMIT
-        else:
-            answers = await self._ask(conversation, run, *completion)
-            records.raise_on_error(answers, "cannot complete the record in effect_sidecar.effects")
+        await wire.complete(records.request(records.COMPLETE, values, sync=wire.simple))
+        wire.answer(relayed)
         return done
 
     async def _outside_transaction(
@@ -431,29 +463,20 @@ class Statements:
         raw: bytes,
         key: str,
     ) -> None:
+        async def complete(request: list[bytes]) -> None:
+            answers = await conversation.ask(*request)
+            records.raise_on_error(answers, "cannot complete the record in effect_sidecar.effects")
+
+        wire = _Wire(
+            ask=conversation.ask,
+            run=lambda: conversation.ask(raw, messages.FLUSH),
+            answer=conversation.send_client,
+            complete=complete,
+            ensure_schema=lambda: self._ensure_schema(conversation, None),
+            simple=False,
+        )
         try:
-            logging_it = asyncio.ensure_future(self.mirror.pending(binding, match, key, statement))
-            try:
-                await self._ensure_schema(conversation, None)
-                values = records.record_values(
-                    binding.task, key, binding.attempt_id, binding.generation, statement.text
-                )
-                answers = await conversation.ask(
-                    *records.request(records.RECORD, values, sync=False)
-                )
-                self._check_record(answers)
-            finally:
-                logged = await logging_it  # before the statement may run: logged pending
-            if not records.is_new(answers):
-                answers = await conversation.ask(
-                    *records.request(records.RECALL, [binding.task, key], sync=False)
-                )
-                records.raise_on_error(answers, "cannot read effect_sidecar.effects")
-                recalled = records.recalled(answers)
-                self._replayed(binding, key, logged, recalled.tag, match.rule.name)
-                conversation.send_client(recalled.answer(simple=False))
-                return
-            await self.mirror.run_again(binding, key, logged)
+            done = await self._guarded(wire, binding, match, statement, key)
         except Skipped:
             self._give_back(binding, key)
             return  # an earlier message of this batch failed: the server skips to Sync
@@ -461,19 +484,8 @@ class Statements:
             self._give_back(binding, key)
             await self._refuse_extended(conversation, refused)
             return
-        answers = await conversation.ask(raw, messages.FLUSH)
-        done = Done(binding, key, match.rule.name, records.command_tag(answers))
-        if any(a.kind == b"E" for a in answers):
-            conversation.send_client(b"".join(a.raw for a in answers))
-            self._failed(done, answers)
-            return
-        failpoints.reach("sql.after_statement", match.rule.name)
-        rows = b"".join(a.raw for a in answers if a.kind == b"D")
-        values = records.complete_values(binding.task, key, done.tag, b"", rows)
-        completion = await conversation.ask(*records.request(records.COMPLETE, values, sync=False))
-        records.raise_on_error(completion, "cannot complete the record in effect_sidecar.effects")
-        conversation.send_client(b"".join(a.raw for a in answers))
-        self.uncommitted.append(done)
+        if isinstance(done, Done):
+            self.uncommitted.append(done)
 
     async def _refuse_extended(self, conversation: Conversation, refused: Refused) -> None:
         # Make the server fail this transaction too, so it skips the rest of the agent's

@@ -147,8 +147,18 @@ class Relay:
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError) as error:
             log.info("postgres connection ended: %s", error)
-        except Exception:
+        except Exception as unexpected:
+            # SPEC §3.6 on the SQL path: the agent is told, and the server connection is
+            # closed with the transaction open on it, so the server rolls back whatever
+            # ran there together with its record - nothing stays done unrecorded.
             log.exception("postgres connection failed")
+            with contextlib.suppress(Exception):
+                text = (
+                    f"effect-sidecar: internal error (sidecar_error): {unexpected!r}; the "
+                    "connection is closed and its open transaction rolled back"
+                )
+                writer.write(messages.error_response("XX000", text, severity="FATAL"))
+                await writer.drain()
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
@@ -180,13 +190,21 @@ class Relay:
             writer.write(messages.error_response("08001", f"{text}: {error}", severity="FATAL"))
             await writer.drain()
             return
-        up_writer.write(startup_packet(parameters))
-        backend = BackendReader()
-        if not await self._authenticate(reader, writer, up_reader, up_writer, frontend, backend):
-            return
-        await self.session(
-            reader, writer, up_reader, up_writer, frontend, backend, bind, parameters
-        )
+        try:
+            up_writer.write(startup_packet(parameters))
+            backend = BackendReader()
+            if not await self._authenticate(
+                reader, writer, up_reader, up_writer, frontend, backend
+            ):
+                return
+            await self.session(
+                reader, writer, up_reader, up_writer, frontend, backend, bind, parameters
+            )
+        finally:
+            # Whatever happened, the server connection goes: an open transaction on it
+            # rolls back (a session that failed half-way leaves nothing done unrecorded).
+            with contextlib.suppress(Exception):
+                up_writer.close()
 
     async def _connect(
         self, target: tuple[str, int] | None = None

@@ -794,3 +794,30 @@ def test_an_ssl_request_is_declined_and_the_startup_that_follows_is_served(harne
 
     assert harness.run(scenario()) == [b"R", b"S", b"K", b"Z"]
     harness.assert_unharmed()
+
+
+async def test_an_unexpected_failure_is_told_to_the_agent_and_closes_the_connection() -> None:
+    """SPEC §3.6 on the SQL path: a bug in a session is a FATAL ErrorResponse (XX000,
+    sidecar_error) and a closed connection - not a silent drop, never a statement run."""
+    upstream = FakePostgres()
+    fake = await asyncio.start_server(upstream.serve, "127.0.0.1", 0)
+    fake_port = fake.sockets[0].getsockname()[1]
+
+    async def broken(*_: object) -> None:
+        raise RuntimeError("engine bug")
+
+    relay = Relay(Upstream("127.0.0.1", fake_port, tls=False), broken)
+    _, port = await relay.start("127.0.0.1", 0)
+    try:
+        reader, writer = await _connect(port)
+        writer.write(startup_packet({"user": "fuzz", "database": "test"}))
+        got = await _until_closed(reader, BackendReader())
+        await _close(writer)
+    finally:
+        await relay.stop()
+        fake.close()
+        await fake.wait_closed()
+    last = got[-1]
+    assert last.kind == b"E"
+    assert b"XX000" in last.raw
+    assert b"sidecar_error" in last.raw
