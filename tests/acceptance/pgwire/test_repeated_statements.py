@@ -65,3 +65,14 @@ def test_a_view_dropped_and_created_again_in_one_attempt_exists_and_a_resume_cha
     assert sorted(recorded.values()).count("CREATE VIEW") == 2
     views = [key for key, tag in recorded.items() if tag == "CREATE VIEW"]
     assert any(key.endswith(" #2") for key in views), views
+
+
+def test_pgbench_initialised_twice_in_one_attempt_succeeds_both_times(world: PostgresWorld) -> None:
+    """``pgbench -i`` drops and creates its tables: a second run in the same attempt is
+    new work (once, its CREATE TABLEs were answered from the first run's records and
+    its COPY hit tables that did not exist)."""
+    twice = "pgbench -i -s 1 -q && pgbench -i -s 1 -q"
+    agent = world.agent("worker-a", "sh", "-c", twice)
+    assert agent.wait(timeout=120) == 0, agent.lines
+    assert world.value("SELECT count(*) FROM pgbench_branches") == 1
+    assert world.value("SELECT count(*) FROM pgbench_accounts") == 100_000
