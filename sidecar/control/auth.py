@@ -32,17 +32,27 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def presents(authorization: str, expected: bytes) -> bool:
+    """Whether an Authorization header value carries the expected bearer token.
+
+    The scheme is case-insensitive (RFC 9110 §11.1); the token is compared in constant
+    time, as bytes: a value that is not UTF-8 (aiohttp keeps its bytes as surrogate
+    escapes) is simply not the token, never an error."""
+    scheme, _, presented = authorization.strip().partition(" ")
+    raw = presented.strip().encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(raw, expected) and scheme.lower() == "bearer"
+
+
 def bearer_middleware(token: str) -> Middleware:
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
 
     @web.middleware
     async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in OPEN_PATHS and not (
+        exempt = request.path in OPEN_PATHS or (
             request.path in LOOPBACK_OPEN_PATHS and is_loopback(request.remote or "")
-        ):
-            presented = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(presented, expected):
-                raise Unauthorized("a valid 'Authorization: Bearer <token>' header is required")
+        )
+        if not exempt and not presents(request.headers.get("Authorization", ""), expected):
+            raise Unauthorized("a valid 'Authorization: Bearer <token>' header is required")
         return await handler(request)
 
     return require_token

@@ -85,12 +85,18 @@ async def parse_body[M: BaseModel](request: web.Request, model: type[M]) -> M:
         data = json.loads(raw or b"null")
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # json.loads recurses once per level of nesting
+        raise InvalidRequest("the body is nested too deeply to be a request") from exc
     if not isinstance(data, dict):
         raise InvalidRequest(
             f"the body must be a JSON object, got {type(data).__name__}",
             errors=[{"loc": [], "msg": "expected a JSON object", "type": "object_type"}],
         )
-    if (problem := unstorable(data)) is not None:
+    try:
+        problem = unstorable(data)
+    except RecursionError as exc:
+        raise InvalidRequest("the body is nested too deeply to be a request") from exc
+    if problem is not None:
         # Refused here, before it could be committed and break every later read.
         where, what = problem
         raise InvalidRequest(
@@ -108,7 +114,7 @@ async def parse_body[M: BaseModel](request: web.Request, model: type[M]) -> M:
 
 def task_param(request: web.Request) -> str:
     task = request.match_info["task"]
-    if not _TASK.match(task):
+    if not _TASK.fullmatch(task):  # (match() would take a trailing newline at '$')
         raise InvalidRequest(
             f"invalid task id {task!r}: 1-128 characters of letters, digits and ._:@-"
         )

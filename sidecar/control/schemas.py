@@ -41,7 +41,8 @@ Worker = Annotated[
 ]
 TtlSeconds = Annotated[
     float,
-    Field(gt=0, le=86_400, description="Lease duration in seconds.", examples=[600]),
+    # strict: "60" and true are not durations (a number, integer or not, is)
+    Field(gt=0, le=86_400, strict=True, description="Lease duration in seconds.", examples=[600]),
 ]
 AttemptId = Annotated[
     str,

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
+from yaml.constructor import ConstructorError
 
 from sidecar.errors import ConfigError
 from sidecar.rules.matcher import RuleSet, RuleSource
@@ -121,6 +122,9 @@ def _load_file(file: Path, problems: list[RuleProblem]) -> list[tuple[Rule, int,
     except yaml.YAMLError as error:
         problems.append(_yaml_problem(file, error))
         return []
+    except RecursionError:  # merge keys (<<) that merge into themselves
+        problems.append(RuleProblem(file, 1, "invalid YAML: aliases nest too deeply: refused"))
+        return []
     if node is None:
         problems.append(RuleProblem(file, 1, "the file is empty; expected a mapping with 'rules'"))
         return []
@@ -216,16 +220,45 @@ def _problem(file: Path, details: ErrorDetails, lines: dict[Loc, int]) -> RulePr
     return RuleProblem(file, _line(lines, loc), f"{_dotted(loc)}: {message}")
 
 
+# Values a rule file may expand to.  Aliases make the composed graph share nodes, so a few
+# hundred bytes can stand for billions of values ("billion laughs") or for a value that
+# contains itself; both are refused with the line of the node where the bound was hit.
+MAX_VALUES = 20_000
+
+
 class _Converter:
-    """YAML nodes to plain data, recording each location's line and refusing duplicate keys."""
+    """YAML nodes to plain data, recording each location's line and refusing duplicate keys
+    and alias expansions beyond :data:`MAX_VALUES` (or into themselves)."""
 
     def __init__(self, file: Path, problems: list[RuleProblem]) -> None:
         self.file = file
         self.problems = problems
         self.lines: dict[Loc, int] = {}
         self._constructor = yaml.SafeLoader("")
+        self._values = 0
+        self._open: set[int] = set()  # the collections being converted, by identity
 
     def convert(self, node: yaml.Node, loc: Loc, line: int | None = None) -> Any:
+        self._values += 1
+        if self._values > MAX_VALUES:
+            raise ConstructorError(
+                None,
+                None,
+                f"the file expands to more than {MAX_VALUES:,} values through aliases: refused",
+                node.start_mark,
+            )
+        if isinstance(node, yaml.CollectionNode):
+            if id(node) in self._open:
+                problem = "an alias here refers to a value that contains it: refused"
+                raise ConstructorError(None, None, problem, node.start_mark)
+            self._open.add(id(node))
+            try:
+                return self._convert(node, loc, line)
+            finally:
+                self._open.discard(id(node))
+        return self._convert(node, loc, line)
+
+    def _convert(self, node: yaml.Node, loc: Loc, line: int | None) -> Any:
         # A collection is reported at its key's line (``match:``), a scalar at its own.
         is_scalar = isinstance(node, yaml.ScalarNode)
         self.lines[loc] = node.start_mark.line + 1 if line is None or is_scalar else line

@@ -53,7 +53,9 @@ class Writer:
             raise
 
     def _open(self) -> int:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.exists():
+            # Made here, so it is ours to close: the effect log is for this user only.
+            self.path.parent.mkdir(mode=0o700, parents=True)
         had_store = self.path.is_file() and self.path.stat().st_size > 0
         if not had_store and self.marker.exists():
             raise StoreUnavailable(
@@ -65,6 +67,7 @@ class Writer:
         # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so the loads and
         # the writes of a batch share one transaction that holds the write lock.
         self._db = sqlite3.connect(self.path, isolation_level=None)
+        _owner_only(self.path)
         for pragma in self._pragmas:
             self._db.execute(pragma)
         if had_store:
@@ -125,6 +128,14 @@ class Writer:
             log.warning("sqlite write failed: %s", exc)
             raise StoreUnavailable(f"SQLite store {self.path} cannot record: {exc}") from exc
         return outcomes
+
+
+def _owner_only(path: Path) -> None:
+    """The store and its WAL and shared-memory files readable by this user only (SQLite
+    gives the files it creates later the main file's mode)."""
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if file.exists():
+            file.chmod(0o600)
 
 
 def _check_integrity(db: sqlite3.Connection, path: Path) -> None:

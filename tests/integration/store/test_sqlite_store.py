@@ -157,3 +157,20 @@ def test_scripts_split_into_completestatements():
 def test_unsupported_urls_are_a_config_error(url):
     with pytest.raises(ConfigError):
         create_store(url)
+
+
+async def test_the_effect_log_is_readable_by_its_owner_only(tmp_path):
+    """SPEC §7: requests and recorded answers are in these files (once 0644 in a 0755
+    directory, readable by every user of the node)."""
+    data = tmp_path / "data"
+    store = create_store(f"sqlite:///{data}/effects.db")
+    await store.open()
+    try:
+        claim = await store.claim("312", "w", 60)
+        await store.append_checkpoint("312", claim.attempt_id, claim.generation, "S", {})
+        files = [data / name for name in ("effects.db", "effects.db-wal", "effects.db-shm")]
+        assert all(file.exists() for file in files)
+        assert {oct(file.stat().st_mode & 0o777) for file in files} == {"0o600"}
+        assert oct(data.stat().st_mode & 0o777) == "0o700"
+    finally:
+        await store.close()

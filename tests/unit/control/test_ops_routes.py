@@ -151,3 +151,23 @@ def _peer(host: str) -> mock.Mock:
         (host, 40000) if name == "peername" else default
     )
     return transport
+
+
+async def test_the_bearer_scheme_is_case_insensitive_and_odd_bytes_are_just_wrong(make_client):
+    client = await make_client(token="s3cret")
+    body = {"worker": "a", "ttl_s": 2}
+    lower = await client.post(
+        "/v1/tasks/312/claim", json=body, headers={"Authorization": "bearer s3cret"}
+    )
+    assert lower.status == 200  # RFC 9110: the scheme is case-insensitive
+    # Not UTF-8 (once a 500 on every protected route): simply not the token.  Sent raw:
+    # a client library would encode the value as UTF-8 itself.
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(
+        b"GET /v1/tasks/312 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    status_line = await reader.readline()
+    writer.close()
+    await writer.wait_closed()
+    assert status_line.split()[1] == b"401", status_line

@@ -162,3 +162,18 @@ async def test_a_value_the_store_cannot_hold_is_refused_at_the_door_and_bricks_n
         "/v1/tasks/312/checkpoints", json=token | {"stage": "S", "outputs": {"note": "ok"}}
     )
     assert response.status == 201
+
+
+async def test_hostile_shapes_are_client_errors_not_500s(client):
+    deep = b'{"worker": "a", "ttl_s": 2, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    response = await client.post(
+        "/v1/tasks/312/claim", data=deep, headers={"Content-Type": "application/json"}
+    )
+    await problem_of(response, 400, "invalid_request")
+    # Python's "$" would take a trailing newline: task "312\n" must not be created.
+    response = await client.post("/v1/tasks/312%0A/claim", json={"worker": "a", "ttl_s": 2})
+    await problem_of(response, 400, "invalid_request")
+    for ttl in ("60", True):
+        response = await client.post("/v1/tasks/312/claim", json={"worker": "a", "ttl_s": ttl})
+        await problem_of(response, 422, "invalid_request")
+    assert (await client.get("/v1/tasks/312")).status == 404

@@ -280,3 +280,37 @@ def test_yaml_anchors_and_merge_keys_work(tmp_path):
 def test_a_rule_problem_without_a_line_prints_just_the_file():
     assert str(RuleProblem(Path("x.yaml"), 0, "gone")) == "x.yaml: gone"
     assert str(RuleProblem(Path("x.yaml"), 3, "bad")) == "x.yaml:3: bad"
+
+
+LAUGHS = (
+    "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+    + "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n"
+        for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    + "rules: *i\n"
+)
+
+
+def test_aliases_expanding_beyond_a_bound_are_refused_with_file_and_line(tmp_path):
+    """A 600-byte "billion laughs" once ran for 28 s and died of MemoryError."""
+    found = only_problem(tmp_path, LAUGHS)
+    assert found.startswith("rules.yaml:1: invalid YAML: the file expands to more than")
+
+
+def test_an_alias_into_itself_is_refused(tmp_path):
+    found = only_problem(tmp_path, "rules: &r [*r]\n")
+    assert found == (
+        "rules.yaml:1: invalid YAML: an alias here refers to a value that contains it: refused"
+    )
+
+
+def test_merge_keys_through_aliases_still_work(tmp_path):
+    text = """\
+        rules:
+          - &first {name: first, match: {host: a.test, method: POST}, effect: non_idempotent}
+          - <<: *first
+            name: second
+        """
+    found = load_rules([write(tmp_path, "rules.yaml", text)])
+    assert [rule.name for rule in found] == ["first", "second"]
