@@ -16,6 +16,7 @@ from typing import Any, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from sidecar.control.schemas import TASK_PATTERN
 from sidecar.errors import ConfigError
 
 DEFAULT_CONTROL_LISTEN = "127.0.0.1:7300"
@@ -67,7 +68,13 @@ class Settings(BaseModel):
         "given; default DATA_DIR/ca-bundle.pem. Kubernetes pods put it on a volume of its "
         "own so that app containers never mount DATA_DIR (the CA key is there).",
     )
-    task: str | None = Field(default=None, description="Task this sidecar works on itself.")
+    task: str | None = Field(
+        default=None,
+        # The control API's task pattern: a task named here is one it can be asked about.
+        # (pydantic's regex engine ends "$" at the end of the text, newline or not.)
+        pattern=TASK_PATTERN,
+        description="Task this sidecar works on itself.",
+    )
     worker: str = Field(default_factory=socket.gethostname)
     lease_ttl_s: float = Field(default=60.0, gt=0, le=86_400)
     self_fence_margin_s: float = Field(default=2.0, ge=0)

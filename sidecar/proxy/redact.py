@@ -32,8 +32,13 @@ _SECRET_HEADERS = frozenset(
         "x-amz-security-token",
     }
 )
+# Names that say "secret", for headers, query parameters and JSON fields alike - a
+# pattern, not a list of known names (Ocp-Apim-Subscription-Key, X-Functions-Key, pwd,
+# private_key, an Azure SAS "sig", a card number and its cvc).  Redacting a harmless field
+# by mistake costs an audit detail; missing a secret leaves it at rest in clear.
 _SECRET_NAME = re.compile(
-    r"(secret|token|password|passwd|api[-_]?key|auth|credential|signature|session|cookie)",
+    r"(secret|token|passw|pwd|passphrase|api[-_]?key|(^|[-_.])key$|auth|credential"
+    r"|signature|^sig$|session|cookie|private|card|cvc|cvv)",
     re.IGNORECASE,
 )
 # Shapes of common credentials: GitHub (ghp_, gho_, github_pat_), Slack (xox?-), Stripe

@@ -81,3 +81,9 @@ def test_list_settings_come_from_json_or_commas_in_the_environment(monkeypatch):
     monkeypatch.setenv("SIDECAR_ROUTE", "[not json")
     with pytest.raises(ConfigError, match="not valid JSON"):
         config.load({})
+
+
+@pytest.mark.parametrize("task", ["../../x y\n", "312\n", "a" * 129, ""])
+def test_a_task_the_control_api_could_not_name_is_refused(task):
+    with pytest.raises(ConfigError, match="task"):
+        config.load({"task": task})

@@ -56,6 +56,28 @@ def test_the_effect_log_summary_keeps_no_secret():
     assert "hunter2" not in json.dumps(summary)
 
 
+def test_secret_names_are_recognised_by_pattern_not_by_list():
+    body = {
+        "pwd": "p1", "passphrase": "p2", "private_key": "p3", "card": {"number": "4242"},
+        "cvc": "123", "name": "kept", "keyboard": "kept",
+    }  # fmt: skip
+    summary = request_summary(
+        "POST", "https", "h.example", "/f", "sv=2024&sig=c2lnbmF0dXJl&page=1",
+        [("Ocp-Apim-Subscription-Key", "k1"), ("X-Functions-Key", "k2"), ("X-Order-Id", "7")],
+        json.dumps(body).encode(),
+    )  # fmt: skip
+    assert summary["url"].endswith("?sv=2024&sig=%5Bredacted%5D&page=1")
+    assert summary["headers"] == {
+        "ocp-apim-subscription-key": REDACTED,
+        "x-functions-key": REDACTED,
+        "x-order-id": "7",
+    }
+    assert summary["body"] == {
+        "pwd": REDACTED, "passphrase": REDACTED, "private_key": REDACTED, "card": REDACTED,
+        "cvc": REDACTED, "name": "kept", "keyboard": "kept",
+    }  # fmt: skip
+
+
 def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
