@@ -25,6 +25,10 @@ CANCEL_REQUEST = 80877102
 # Generous but bounded: a message larger than this is garbage or an attack, not a query.
 MAX_MESSAGE = 1 << 30
 MAX_STARTUP = 10_000
+# Before authentication a client has proven nothing: its messages (passwords, SASL
+# exchanges) are capped as PostgreSQL caps them (PG_MAX_AUTH_TOKEN_LENGTH), so a peer
+# announcing a huge message is refused instead of buffered.
+MAX_BEFORE_AUTH = 65_535
 
 
 class ProtocolError(ValueError):
@@ -96,8 +100,9 @@ def startup_packet(parameters: dict[str, str]) -> bytes:
 
 
 class _Reader:
-    def __init__(self) -> None:
+    def __init__(self, max_message: int = MAX_MESSAGE) -> None:
         self._buffer = bytearray()
+        self.max_message = max_message
 
     def leftover(self) -> bytes:
         """Bytes received but not yet framed (a message still arriving, or pipelined by
@@ -112,7 +117,7 @@ class _Reader:
         at = 0
         while len(buffer) - at >= 5:
             (length,) = struct.unpack_from("!i", buffer, at + 1)
-            if length < 4 or length > MAX_MESSAGE:
+            if length < 4 or length > self.max_message:
                 raise ProtocolError(f"message {bytes(buffer[at : at + 1])!r} has length {length}")
             end = at + 1 + length
             if len(buffer) < end:
@@ -128,8 +133,12 @@ class FrontendReader(_Reader):
     """Messages from a client: first the startup phase, then typed messages."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(MAX_BEFORE_AUTH)  # lifted by authenticated()
         self.started = False
+
+    def authenticated(self) -> None:
+        """The server accepted the client: its messages may now be as large as any."""
+        self.max_message = MAX_MESSAGE
 
     def feed_startup(self, data: bytes) -> Startup | None:
         """Feed bytes during the startup phase; the startup-phase message once complete."""

@@ -116,10 +116,28 @@ type SessionFactory = Callable[
 ]  # fmt: skip
 
 
+# What a finished start-up hands to the session: the binding, the parameters forwarded,
+# the authenticated server connection and its message reader.
+type Started = tuple[
+    BindRequest, dict[str, str], asyncio.StreamReader, asyncio.StreamWriter, BackendReader
+]
+
+# As PostgreSQL's authentication_timeout: a connection that has not finished its start-up
+# and authentication by then is closed, so half-started connections cannot pile up.
+AUTHENTICATION_TIMEOUT_S = 60.0
+
+
 class Relay:
-    def __init__(self, upstream: Upstream, session: SessionFactory) -> None:
+    def __init__(
+        self,
+        upstream: Upstream,
+        session: SessionFactory,
+        *,
+        authentication_timeout_s: float = AUTHENTICATION_TIMEOUT_S,
+    ) -> None:
         self.upstream = upstream
         self.session = session
+        self.authentication_timeout_s = authentication_timeout_s
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -165,17 +183,53 @@ class Relay:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         frontend = FrontendReader()
+        started = await self._started(reader, writer, frontend)
+        if started is None:
+            return
+        bind, parameters, up_reader, up_writer, backend = started
+        try:
+            await self.session(
+                reader, writer, up_reader, up_writer, frontend, backend, bind, parameters
+            )
+        finally:
+            # Whatever happened, the server connection goes: an open transaction on it
+            # rolls back (a session that failed half-way leaves nothing done unrecorded).
+            with contextlib.suppress(Exception):
+                up_writer.close()
+
+    async def _started(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frontend: FrontendReader
+    ) -> Started | None:
+        """Start-up and authentication, within the authentication timeout: the binding, the
+        parameters and the authenticated server connection, or None (the client was told)."""
+        try:
+            async with asyncio.timeout(self.authentication_timeout_s):
+                return await self._start(reader, writer, frontend)
+        except TimeoutError:
+            log.info("postgres connection closed: start-up not finished in time")
+            text = (
+                "effect-sidecar: start-up and authentication not finished within "
+                f"{self.authentication_timeout_s:g} s"
+            )
+            writer.write(messages.error_response("08P01", text, severity="FATAL"))
+            with contextlib.suppress(Exception):
+                await writer.drain()
+            return None
+
+    async def _start(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frontend: FrontendReader
+    ) -> Started | None:
         startup: Startup | None = None
         while startup is None or startup.code != PROTOCOL_3:
             data = await reader.read(READ_SIZE)
             if not data:
-                return
+                return None
             startup = frontend.feed_startup(data)
             if startup is None:
                 continue
             if startup.code == CANCEL_REQUEST:
                 await self._cancel(startup, original_destination(writer))
-                return
+                return None
             if startup.code != PROTOCOL_3:
                 writer.write(b"N")  # no SSL, no GSS encryption on the loopback leg
                 await writer.drain()
@@ -189,22 +243,20 @@ class Relay:
             text = f"effect-sidecar: cannot connect to the PostgreSQL server {host}:{port}"
             writer.write(messages.error_response("08001", f"{text}: {error}", severity="FATAL"))
             await writer.drain()
-            return
+            return None
         try:
             up_writer.write(startup_packet(parameters))
             backend = BackendReader()
             if not await self._authenticate(
                 reader, writer, up_reader, up_writer, frontend, backend
             ):
-                return
-            await self.session(
-                reader, writer, up_reader, up_writer, frontend, backend, bind, parameters
-            )
-        finally:
-            # Whatever happened, the server connection goes: an open transaction on it
-            # rolls back (a session that failed half-way leaves nothing done unrecorded).
-            with contextlib.suppress(Exception):
                 up_writer.close()
+                return None
+        except BaseException:
+            up_writer.close()
+            raise
+        frontend.authenticated()
+        return bind, parameters, up_reader, up_writer, backend
 
     async def _connect(
         self, target: tuple[str, int] | None = None
@@ -237,9 +289,11 @@ class Relay:
         backend: BackendReader,
     ) -> bool:
         """Relay the authentication exchange until the server's first ReadyForQuery."""
-        pending = frontend.leftover()
+        # What the client sent along with its startup packet, framed (and so capped) like
+        # the rest; an incomplete message stays buffered for _whole_messages.
+        pending = frontend.feed(b"")
         if pending:
-            up_writer.write(pending)
+            up_writer.write(b"".join(m.raw for m in pending))
         while True:
             data = await up_reader.read(READ_SIZE)
             if not data:

@@ -540,6 +540,13 @@ def _fatals(got: list[Message]) -> list[Message]:
     return [m for m in got if m.kind == b"E" and messages.error_fields(m).get("S") == "FATAL"]
 
 
+def _authenticated_reader() -> FrontendReader:
+    """A client's reader as the relay has it after authentication (no pre-auth cap)."""
+    reader = FrontendReader()
+    reader.authenticated()
+    return reader
+
+
 def _expected_after_startup(garbage: bytes) -> set[str]:
     """What the relay (one read of ``garbage``) and the fake server must make of it.
 
@@ -548,17 +555,17 @@ def _expected_after_startup(garbage: bytes) -> set[str]:
     same, with a message still incomplete.
     """
     try:
-        FrontendReader().feed(garbage)
+        _authenticated_reader().feed(garbage)
     except ProtocolError:
         # The relay refuses the whole read; a Terminate before the bad bytes counts only
         # if the bytes happened to arrive in more than one read.
-        before = FrontendReader()
+        before = _authenticated_reader()
         seen: list[Message] = []
         with contextlib.suppress(ProtocolError):
             for at in range(len(garbage)):
                 seen += before.feed(garbage[at : at + 1])
         return {"fatal", "closed"} if any(m.kind == b"X" for m in seen) else {"fatal"}
-    reader = FrontendReader()
+    reader = _authenticated_reader()
     received = reader.feed(garbage)
     server_refuses = False
     for m in received:
@@ -598,7 +605,7 @@ async def _send_after_startup(port: int, garbage: bytes) -> tuple[str, list[Mess
             got = await _until_ready(reader, backend)
             while not _probe_answered(got):
                 got += await _until_ready(reader, backend)
-            requests = FrontendReader().feed(garbage + messages.query(PROBE))
+            requests = _authenticated_reader().feed(garbage + messages.query(PROBE))
             assert b"".join(m.raw for m in got) == b"".join(_answer(m) for m in requests)
         else:
             got = []
@@ -821,3 +828,65 @@ async def test_an_unexpected_failure_is_told_to_the_agent_and_closes_the_connect
     assert last.kind == b"E"
     assert b"XX000" in last.raw
     assert b"sidecar_error" in last.raw
+
+
+async def _asks_for_a_password(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A server that wants a cleartext password (AuthenticationCleartextPassword), then
+    waits for the client."""
+    await reader.read(1 << 16)
+    writer.write(message(b"R", struct.pack("!i", 3)))
+    await writer.drain()
+    with contextlib.suppress(ConnectionError):
+        while await reader.read(1 << 16):
+            pass
+    writer.close()
+
+
+async def _never_reached(*_: object) -> None:
+    raise AssertionError("authentication never finishes in these tests")
+
+
+async def _relay_before(server: Any, **kw: Any) -> tuple[asyncio.Server, Relay, int]:
+    fake = await asyncio.start_server(server, "127.0.0.1", 0)
+    upstream = Upstream("127.0.0.1", fake.sockets[0].getsockname()[1], tls=False)
+    relay = Relay(upstream, _never_reached, **kw)
+    _, port = await relay.start("127.0.0.1", 0)
+    return fake, relay, port
+
+
+async def test_a_huge_message_before_authentication_is_refused_not_buffered() -> None:
+    """Once, a password message announcing 1 GiB was buffered (RSS +256 MiB for 256 MiB
+    sent): before authentication messages are capped as PostgreSQL caps them."""
+    fake, relay, port = await _relay_before(_asks_for_a_password)
+    try:
+        reader, writer = await _connect(port)
+        writer.write(startup_packet({"user": "fuzz", "database": "test"}))
+        writer.write(b"p" + struct.pack("!i", 1 << 30) + b"x" * 1024)
+        got = await _until_closed(reader, BackendReader())
+        await _close(writer)
+    finally:
+        await relay.stop()
+        fake.close()
+        await fake.wait_closed()
+    assert got[-1].kind == b"E"  # refused as soon as the length was read
+    assert b"08P01" in got[-1].raw
+    assert b"has length 1073741824" in got[-1].raw
+
+
+async def test_a_half_started_connection_is_closed_after_the_authentication_timeout() -> None:
+    fake, relay, port = await _relay_before(_asks_for_a_password, authentication_timeout_s=0.5)
+    try:
+        idle_reader, idle_writer = await _connect(port)  # says nothing at all
+        reader, writer = await _connect(port)
+        writer.write(startup_packet({"user": "fuzz", "database": "test"}))  # then stops
+        idle = await _until_closed(idle_reader, BackendReader())
+        started = await _until_closed(reader, BackendReader())
+        await _close(idle_writer)
+        await _close(writer)
+    finally:
+        await relay.stop()
+        fake.close()
+        await fake.wait_closed()
+    for got in (idle, started):
+        assert got[-1].kind == b"E"
+        assert b"authentication not finished within 0.5 s" in got[-1].raw
