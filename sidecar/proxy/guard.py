@@ -383,6 +383,8 @@ class EffectGuard:
             why = "sent again: the first try failed definitively"
         elif call.rule.effect is EffectKind.CACHE:
             why = "asked again: a model call is safe to repeat"
+        elif call.rule.on_unknown is OnUnknown.RETRY:
+            why = "sent again: the rule declares a retry safe (on_unknown: retry)"
         else:
             why = "sent again: the probe proved it absent after the first try settled"
         effect = await self._transition(call, effect, EffectState.PENDING, why)
@@ -467,6 +469,11 @@ class EffectGuard:
                 "is recorded if it still comes, and it is checked before it is sent again",
                 timeout=True,
             ) from None
+        except asyncio.CancelledError:
+            # The agent's side went away (or the proxy is stopping): the request may be on
+            # its way regardless, so its answer is still awaited and recorded.
+            self._linger(call, effect, sending)
+            raise
         except UpstreamError as error:
             self._first_try_ended(slot)
             if not error.sent:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -803,27 +803,44 @@ def test_an_ssl_request_is_declined_and_the_startup_that_follows_is_served(harne
     harness.assert_unharmed()
 
 
-async def test_an_unexpected_failure_is_told_to_the_agent_and_closes_the_connection() -> None:
-    """SPEC §3.6 on the SQL path: a bug in a session is a FATAL ErrorResponse (XX000,
-    sidecar_error) and a closed connection - not a silent drop, never a statement run."""
-    upstream = FakePostgres()
-    fake = await asyncio.start_server(upstream.serve, "127.0.0.1", 0)
-    fake_port = fake.sockets[0].getsockname()[1]
-
-    async def broken(*_: object) -> None:
-        raise RuntimeError("engine bug")
-
-    relay = Relay(Upstream("127.0.0.1", fake_port, tls=False), broken)
+@contextlib.asynccontextmanager
+async def _relay_in_front_of(
+    server: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    session: Callable[..., Awaitable[None]],
+    **kw: Any,
+) -> AsyncIterator[int]:
+    """A relay (with ``session``) in front of a fake ``server``; yields the relay's port."""
+    fake = await asyncio.start_server(server, "127.0.0.1", 0)
+    upstream = Upstream("127.0.0.1", fake.sockets[0].getsockname()[1], tls=False)
+    relay = Relay(upstream, session, **kw)
     _, port = await relay.start("127.0.0.1", 0)
     try:
-        reader, writer = await _connect(port)
-        writer.write(startup_packet({"user": "fuzz", "database": "test"}))
-        got = await _until_closed(reader, BackendReader())
-        await _close(writer)
+        yield port
     finally:
         await relay.stop()
         fake.close()
         await fake.wait_closed()
+
+
+async def _answers_until_closed(port: int, *sent: bytes) -> list[Message]:
+    """Start a connection, send ``sent``, and read every message up to the close."""
+    reader, writer = await _connect(port)
+    writer.write(startup_packet({"user": "fuzz", "database": "test"}) + b"".join(sent))
+    try:
+        return await _until_closed(reader, BackendReader())
+    finally:
+        await _close(writer)
+
+
+async def test_an_unexpected_failure_is_told_to_the_agent_and_closes_the_connection() -> None:
+    """SPEC §3.6 on the SQL path: a bug in a session is a FATAL ErrorResponse (XX000,
+    sidecar_error) and a closed connection - not a silent drop, never a statement run."""
+
+    async def broken(*_: object) -> None:
+        raise RuntimeError("engine bug")
+
+    async with _relay_in_front_of(FakePostgres().serve, broken) as port:
+        got = await _answers_until_closed(port)
     last = got[-1]
     assert last.kind == b"E"
     assert b"XX000" in last.raw
@@ -846,47 +863,26 @@ async def _never_reached(*_: object) -> None:
     raise AssertionError("authentication never finishes in these tests")
 
 
-async def _relay_before(server: Any, **kw: Any) -> tuple[asyncio.Server, Relay, int]:
-    fake = await asyncio.start_server(server, "127.0.0.1", 0)
-    upstream = Upstream("127.0.0.1", fake.sockets[0].getsockname()[1], tls=False)
-    relay = Relay(upstream, _never_reached, **kw)
-    _, port = await relay.start("127.0.0.1", 0)
-    return fake, relay, port
-
-
 async def test_a_huge_message_before_authentication_is_refused_not_buffered() -> None:
     """Once, a password message announcing 1 GiB was buffered (RSS +256 MiB for 256 MiB
     sent): before authentication messages are capped as PostgreSQL caps them."""
-    fake, relay, port = await _relay_before(_asks_for_a_password)
-    try:
-        reader, writer = await _connect(port)
-        writer.write(startup_packet({"user": "fuzz", "database": "test"}))
-        writer.write(b"p" + struct.pack("!i", 1 << 30) + b"x" * 1024)
-        got = await _until_closed(reader, BackendReader())
-        await _close(writer)
-    finally:
-        await relay.stop()
-        fake.close()
-        await fake.wait_closed()
+    huge = b"p" + struct.pack("!i", 1 << 30) + b"x" * 1024
+    async with _relay_in_front_of(_asks_for_a_password, _never_reached) as port:
+        got = await _answers_until_closed(port, huge)
     assert got[-1].kind == b"E"  # refused as soon as the length was read
     assert b"08P01" in got[-1].raw
     assert b"has length 1073741824" in got[-1].raw
 
 
 async def test_a_half_started_connection_is_closed_after_the_authentication_timeout() -> None:
-    fake, relay, port = await _relay_before(_asks_for_a_password, authentication_timeout_s=0.5)
-    try:
+    relay = _relay_in_front_of(_asks_for_a_password, _never_reached, authentication_timeout_s=0.5)
+    async with relay as port:
         idle_reader, idle_writer = await _connect(port)  # says nothing at all
-        reader, writer = await _connect(port)
-        writer.write(startup_packet({"user": "fuzz", "database": "test"}))  # then stops
-        idle = await _until_closed(idle_reader, BackendReader())
-        started = await _until_closed(reader, BackendReader())
-        await _close(idle_writer)
-        await _close(writer)
-    finally:
-        await relay.stop()
-        fake.close()
-        await fake.wait_closed()
+        try:
+            idle = await _until_closed(idle_reader, BackendReader())
+        finally:
+            await _close(idle_writer)
+        started = await _answers_until_closed(port)  # a startup packet, then nothing
     for got in (idle, started):
         assert got[-1].kind == b"E"
         assert b"authentication not finished within 0.5 s" in got[-1].raw

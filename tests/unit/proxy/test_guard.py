@@ -50,6 +50,10 @@ rules:
   - name: model.ask
     match: {host: model.test, method: POST}
     effect: cache
+  - name: pings.post
+    match: {host: pings.test, method: POST}
+    effect: non_idempotent
+    on_unknown: retry
 """
 
 
@@ -396,3 +400,15 @@ async def test_the_audit_line_of_a_resend_says_why_it_was_safe(world, clock):
     details = [e.detail for e in await store.effect_events("312") if e.event == "pending"]
     assert details[-1] == "sent again: the probe proved it absent after the first try settled"
     assert not any("idempotency key" in (d or "") for d in details)
+
+
+async def test_the_audit_line_of_a_declared_safe_retry_says_so(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers += [UpstreamError("reset"), reply(201, {"id": 3})]
+    note = request("pings.test", "/pings", {"text": "hi"})
+    await call(world, "312", note)
+    again = await call(world, "312", note)
+    assert again.disposition == "recorded"
+    details = [e.detail for e in await store.effect_events("312") if e.event == "pending"]
+    assert details[-1] == "sent again: the rule declares a retry safe (on_unknown: retry)"
