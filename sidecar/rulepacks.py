@@ -13,7 +13,13 @@ from pathlib import Path
 
 from sidecar.errors import ConfigError
 
-DEFAULT_PACKS = ("github.yaml", "idempotency-key.yaml", "generic.yaml", "postgres.yaml")
+DEFAULT_PACKS = (
+    "github.yaml",
+    "idempotency-key.yaml",
+    "generic.yaml",
+    "webhooks.yaml",
+    "postgres.yaml",
+)
 
 
 def packs_dir() -> Path:

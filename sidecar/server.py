@@ -137,11 +137,37 @@ def _refuse_an_unsafe_start(settings: Settings, control_host: str, token: str | 
         )
 
 
+def _warn_of_open_listeners(settings: Settings) -> None:
+    """Say so when the proxy or the relay listens beyond loopback.
+
+    Neither authenticates its clients: anyone who reaches the address can send effects
+    in the name of the bound task (and use the proxy as an open one).  Some deployments
+    mean it (an agent in another container of a compose file), so this warns, once per
+    listener, instead of refusing."""
+    listeners = [("proxy", "--proxy-listen", settings.proxy_listen)]
+    if settings.pg_upstream:
+        listeners.append(("PostgreSQL relay", "--pg-listen", settings.pg_listen))
+    for what, flag, listen in listeners:
+        host, _ = parse_listen(listen)
+        if not is_loopback(host):
+            log.warning(
+                "the %s listens on %s, beyond loopback, and does not authenticate its "
+                "clients: whoever reaches it acts as the agent (effects recorded in the "
+                "task's name, the proxy usable by anyone); bind it to 127.0.0.1 (%s) "
+                "unless the agent really is on another host, and then firewall it",
+                what,
+                listen,
+                flag,
+                extra={"listen": listen},
+            )
+
+
 async def start(settings: Settings) -> Running:
     control_host, _ = parse_listen(settings.control_listen)
     proxy_host, proxy_port = parse_listen(settings.proxy_listen)
     token = settings.token()
     _refuse_an_unsafe_start(settings, control_host, token)
+    _warn_of_open_listeners(settings)
     rules = load_rules(settings.rules or default_rule_paths())
     routes = Routes.parse(settings.route)
     clock = SystemClock()

@@ -3,10 +3,8 @@
 A token is mandatory when the API listens beyond loopback (``serve`` refuses to start
 without one there) and enforced whenever one is configured.  Liveness and readiness
 stay open so that kubelet probes need no secret; they reveal nothing about tasks.
-``POST /v1/shutdown`` is open to loopback peers only: in a pod those are its own
-containers, and an agent image cannot be given the token without editing it; stopping
-the sidecar fails closed (nothing passes it unrecorded), so the worst a caller can do is
-what SIGTERM does.
+Every other route needs the token, ``POST /v1/shutdown`` included, even from loopback:
+a ``kubectl port-forward`` or a mesh proxy delivers outside callers from 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from aiohttp.typedefs import Handler, Middleware
 from sidecar.errors import Unauthorized
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-LOOPBACK_OPEN_PATHS = frozenset({"/v1/shutdown"})
 
 
 def is_loopback(host: str) -> bool:
@@ -48,10 +45,9 @@ def bearer_middleware(token: str) -> Middleware:
 
     @web.middleware
     async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        exempt = request.path in OPEN_PATHS or (
-            request.path in LOOPBACK_OPEN_PATHS and is_loopback(request.remote or "")
-        )
-        if not exempt and not presents(request.headers.get("Authorization", ""), expected):
+        if request.path not in OPEN_PATHS and not presents(
+            request.headers.get("Authorization", ""), expected
+        ):
             raise Unauthorized("a valid 'Authorization: Bearer <token>' header is required")
         return await handler(request)
 

@@ -37,6 +37,7 @@ class Endpoint:
     content_type: str
     problems: tuple[str, ...]
     tag: str
+    paginated: bool = False
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Api:
         answer: type[BaseModel] | None = None,
         content_type: str = "application/json",
         problems: tuple[str, ...] = (),
+        paginated: bool = False,
     ) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
             self.routes.route(method, path)(handler)
@@ -71,6 +73,7 @@ class Api:
                     content_type=content_type,
                     problems=problems,
                     tag=self.tag,
+                    paginated=paginated,
                 )
             )
             return handler

@@ -1,13 +1,16 @@
-"""Routes of a task's history: stage checkpoints and the effect audit trail."""
+"""Routes of a task's history: stage checkpoints and the effect audit trail, paginated."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
+from datetime import datetime
 
 from aiohttp import web
 
 from sidecar.control.endpoints import Api, json_answer, parse_body, task_param
 from sidecar.control.keys import STORE
+from sidecar.control.pages import next_cursor, page_request
 from sidecar.control.schemas import (
     CheckpointCreated,
     CheckpointList,
@@ -16,9 +19,10 @@ from sidecar.control.schemas import (
     EffectList,
     EffectOut,
 )
-from sidecar.domain.model import EffectEvent
-from sidecar.errors import NotFound
+from sidecar.domain.model import Checkpoint, Effect, EffectEvent
+from sidecar.errors import InvalidRequest, NotFound
 from sidecar.store import Store
+from sidecar.store.rows import from_us, to_us
 
 api = Api("history")
 _READ_PROBLEMS = ("not_found", "invalid_request", "store_unavailable", "unauthorized")
@@ -60,39 +64,88 @@ async def _known(store: Store, task: str) -> None:
         raise NotFound(f"task {task} has never been claimed")
 
 
+def _page_of_checkpoints(task: str, found: list[Checkpoint], limit: int) -> bytes:
+    more = len(found) > limit
+    page = found[:limit]
+    answer = CheckpointList(
+        task=task,
+        checkpoints=[CheckpointOut.of(c) for c in page],
+        next_cursor=next_cursor("checkpoints", page[-1].seq) if more else None,
+    )
+    return answer.model_dump_json().encode()
+
+
+def _page_of_effects(
+    task: str, found: list[Effect], events: list[EffectEvent], limit: int
+) -> bytes:
+    more = len(found) > limit
+    page = found[:limit]
+    trail: dict[str, list[EffectEvent]] = defaultdict(list)
+    for event in events:
+        trail[event.key].append(event)
+    last = page[-1] if page else None
+    answer = EffectList(
+        task=task,
+        effects=[EffectOut.of(e, trail[e.key]) for e in page],
+        next_cursor=(
+            next_cursor("effects", [to_us(last.created_at), last.key]) if more and last else None
+        ),
+    )
+    return answer.model_dump_json().encode()
+
+
+def _json(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
 @api.route(
     "GET",
     "/v1/tasks/{task}/checkpoints",
-    summary="Every checkpoint of the task, oldest first.",
+    summary="The task's checkpoints, oldest first, a page at a time.",
     answer=CheckpointList,
     problems=_READ_PROBLEMS,
+    paginated=True,
 )
 async def list_checkpoints(request: web.Request) -> web.Response:
     task = task_param(request)
+    asked = page_request(request, "checkpoints")
+    after = asked.after if asked.after is not None else 0
+    if not isinstance(after, int) or isinstance(after, bool):
+        raise InvalidRequest("the cursor does not hold a checkpoint position")
     store = request.app[STORE]
-    history = await store.checkpoints(task)
-    if not history:
+    # One more than the page: whether a next page exists, without counting them all.
+    found = await store.checkpoints_page(task, after, asked.limit + 1)
+    if not found and asked.after is None:
         await _known(store, task)
-    return json_answer(
-        CheckpointList(task=task, checkpoints=[CheckpointOut.of(c) for c in history])
-    )
+    # Built and serialised off the event loop: the proxy shares it.
+    return _json(await asyncio.to_thread(_page_of_checkpoints, task, found, asked.limit))
 
 
 @api.route(
     "GET",
     "/v1/tasks/{task}/effects",
-    summary="The task's effect log with each effect's audit trail (which attempt did what).",
+    summary=(
+        "The task's effect log with each effect's audit trail (which attempt did what), "
+        "oldest first, a page at a time."
+    ),
     answer=EffectList,
     problems=_READ_PROBLEMS,
+    paginated=True,
 )
 async def list_effects(request: web.Request) -> web.Response:
     task = task_param(request)
+    asked = page_request(request, "effects")
+    after: tuple[datetime, str] | None = None
+    if asked.after is not None:
+        match asked.after:
+            case [int(us), str(key)] if not isinstance(us, bool):
+                after = (from_us(us), key)
+            case _:
+                raise InvalidRequest("the cursor does not hold an effect position")
     store = request.app[STORE]
-    effects = await store.effects(task)
-    if not effects:
+    found = await store.effects_page(task, after, asked.limit + 1)
+    if not found and after is None:
         await _known(store, task)
-    trail: dict[str, list[EffectEvent]] = defaultdict(list)
-    for event in await store.effect_events(task):
-        trail[event.key].append(event)
-    answer = EffectList(task=task, effects=[EffectOut.of(e, trail[e.key]) for e in effects])
-    return json_answer(answer)
+    events = await store.effect_events_of(task, [e.key for e in found[: asked.limit]])
+    body = await asyncio.to_thread(_page_of_effects, task, found, events, asked.limit)
+    return _json(body)

@@ -11,6 +11,7 @@ from pydantic.json_schema import models_json_schema
 
 import sidecar
 from sidecar.control.endpoints import Endpoint
+from sidecar.control.pages import QUERY_PARAMETERS
 from sidecar.control.schemas import TASK_PATTERN, Problem
 from sidecar.problems import PROBLEM_JSON
 
@@ -57,6 +58,8 @@ def build(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
                 }
                 for name in params
             ]
+        if e.paginated:
+            operation.setdefault("parameters", []).extend(QUERY_PARAMETERS)
         if e.body is not None:
             operation["requestBody"] = {
                 "required": True,

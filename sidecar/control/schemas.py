@@ -261,9 +261,13 @@ class TaskOut(Response):
         )
 
 
+NEXT_CURSOR = "Pass as ?cursor= for the next page; null on the last page."
+
+
 class CheckpointList(Response):
     task: str
     checkpoints: list[CheckpointOut]
+    next_cursor: str | None = Field(description=NEXT_CURSOR)
 
 
 class EventOut(Response):
@@ -339,6 +343,7 @@ class EffectOut(Response):
 class EffectList(Response):
     task: str
     effects: list[EffectOut]
+    next_cursor: str | None = Field(description=NEXT_CURSOR)
 
 
 class Health(Response):

@@ -29,6 +29,9 @@ EXCLUDE_CIDRS = PREFIX + "exclude-outbound-cidrs"
 INCLUDE_PORTS = PREFIX + "include-outbound-ports"
 EXCLUDE_PORTS = PREFIX + "exclude-outbound-ports"
 RULES_CONFIGMAP = PREFIX + "rules-configmap"
+#: "true": admit a ``hostNetwork`` pod that opted in, without the sidecar (it cannot
+#: protect such a pod); otherwise such a pod is refused.
+ALLOW_HOST_NETWORK = PREFIX + "allow-host-network"
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _BOOLEANS = {"true": True, "false": False}
@@ -48,6 +51,7 @@ class Request:
     include_ports: tuple[str, ...]
     exclude_ports: tuple[str, ...]
     rules_configmap: str | None
+    allow_host_network: bool = False
 
 
 def _boolean(name: str, value: str) -> bool:
@@ -139,6 +143,7 @@ def read(metadata: Mapping[str, Any], config: InjectConfig) -> Request:
     native = config.native_sidecar
     if NATIVE_SIDECAR in annotations:
         native = _boolean(NATIVE_SIDECAR, annotations[NATIVE_SIDECAR])
+    allow_host_network = _boolean(ALLOW_HOST_NETWORK, annotations.get(ALLOW_HOST_NETWORK, "false"))
     task = annotations.get(TASK)
     if task is not None and not task.strip():
         raise InvalidInjection(f"{TASK}: the task id is empty", annotation=TASK)
@@ -162,4 +167,5 @@ def read(metadata: Mapping[str, Any], config: InjectConfig) -> Request:
         rules_configmap=_name(
             RULES_CONFIGMAP, annotations.get(RULES_CONFIGMAP, config.rules_configmap)
         ),
+        allow_host_network=allow_host_network,
     )

@@ -34,6 +34,11 @@ PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 NO_PROXY = "127.0.0.1,localhost,::1"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
 NO_PROXY_VARIABLES = ("NO_PROXY", "no_proxy")
+#: An Indexed Job's pod: its task, then its completion index (the variable the Job
+#: controller gives every container, defined here too so it comes before SIDECAR_TASK,
+#: which kubelet composes from both with $(VAR) expansion).
+TASK_BASE = "EFFECT_SIDECAR_TASK_BASE"
+COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 #: Waits for readiness in a postStart hook (fallback shape): the image has Python.
 WAIT_READY = (
     "import time, urllib.request\n"
@@ -58,11 +63,16 @@ def app_env(transparent: bool) -> list[dict[str, Any]]:
 
 def add_env(container: dict[str, Any], env: list[dict[str, Any]]) -> list[str]:
     """Append what the container does not set itself; return the names it kept."""
-    own = container.setdefault("env", [])
+    own = list(container.get("env") or [])  # ``env: null`` is a container with none
     present = {item.get("name") for item in own}
     kept = [item["name"] for item in env if item["name"] in present]
     own.extend(item for item in env if item["name"] not in present)
+    container["env"] = own
     return kept
+
+
+def add_mount(container: dict[str, Any], mount: dict[str, Any]) -> None:
+    container["volumeMounts"] = [*(container.get("volumeMounts") or []), mount]
 
 
 def _security(config: InjectConfig) -> dict[str, Any]:
@@ -81,8 +91,20 @@ def _field(path: str) -> dict[str, Any]:
     return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+def task_env(task_field: str, index_field: str | None) -> list[dict[str, Any]]:
+    """``SIDECAR_TASK`` from the downward API; with ``index_field`` (an Indexed Job's
+    pod) the task and the completion index joined by ``-``, one task per index."""
+    if index_field is None:
+        return [{"name": "SIDECAR_TASK", **_field(task_field)}]
+    return [
+        {"name": TASK_BASE, **_field(task_field)},
+        {"name": COMPLETION_INDEX, **_field(index_field)},
+        {"name": "SIDECAR_TASK", "value": f"$({TASK_BASE})-$({COMPLETION_INDEX})"},
+    ]
+
+
 def sidecar_container(
-    request: notes.Request, config: InjectConfig, task_field: str
+    request: notes.Request, config: InjectConfig, task_field: str, index_field: str | None
 ) -> dict[str, Any]:
     command = [
         "sidecar",
@@ -109,7 +131,7 @@ def sidecar_container(
     if config.ca_secret:
         command += ["--ca-from", CA_DIR]
     env: list[dict[str, Any]] = [
-        {"name": "SIDECAR_TASK", **_field(task_field)},
+        *task_env(task_field, index_field),
         {"name": "SIDECAR_WORKER", **_field("metadata.name")},
     ]
     if config.store_secret is not None:

@@ -5,14 +5,20 @@ CronJob), its namespace and an :class:`InjectConfig`, and returns a new manifest
 input is never modified. Pods opt in with ``effect-sidecar.io/inject: "true"`` (label or
 annotation on the pod template). Not injected, returned as they came: pods that do not
 opt in, pods already carrying ``effect-sidecar.io/status`` (so a second injection, or a
-webhook reinvoked with ``reinvocationPolicy: IfNeeded``, changes nothing), ``hostNetwork``
-pods (iptables there would redirect the node's traffic), and pods in ``kube-system``,
-``kube-public``, ``kube-node-lease`` and the injector's own namespace (checked first, so
-a system pod is never refused). Refused with :class:`InvalidInjection`, nothing changed: a
-bad ``effect-sidecar.io/*`` value, a container already named ``effect-sidecar`` or
+webhook reinvoked with ``reinvocationPolicy: IfNeeded``, changes nothing), and pods in
+``kube-system``, ``kube-public``, ``kube-node-lease`` and the injector's own namespace
+(checked first, so a system pod is never refused). Refused with :class:`InvalidInjection`,
+nothing changed: a field injection reads holding the wrong shape, or a manifest nested
+deeper than any object (:mod:`sidecar.kube.shape`), a bad ``effect-sidecar.io/*`` value,
+a ``hostNetwork`` pod (its network is the node's: the redirect's iptables rules would
+capture the whole node's traffic, so the sidecar cannot protect it) unless it says
+``effect-sidecar.io/allow-host-network: "true"`` - then it is admitted as it came, with
+:data:`HOST_NETWORK_WARNING` -, a container already named ``effect-sidecar`` or
 ``effect-sidecar-redirect`` (without the status annotation), a volume name or a mount at
 ``/var/run/effect-sidecar`` already taken, and in transparent mode an app running as the
 sidecar's UID (the redirect exempts that UID, so the app would bypass the sidecar).
+The :class:`Outcome` carries warnings (the webhook's AdmissionReview ``warnings``,
+``sidecar inject``'s stderr) for what injection cannot fix itself.
 
 What an injected pod gets:
 
@@ -53,8 +59,11 @@ What an injected pod gets:
   and ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``, ``NODE_EXTRA_CA_CERTS``,
   ``GIT_SSL_CAINFO``, ``PIP_CERT``, ``AWS_CA_BUNDLE`` pointing at it. A variable the
   container already sets is **kept** (the operator's explicit value wins; the status
-  annotation lists what was kept). The sidecar's data volume (the CA key, the SQLite
-  store) is mounted in the sidecar alone: not even a root app can read the key.
+  annotation lists what was kept), and each CA variable kept with a value other than the
+  bundle is warned about, naming the container and the variable: that client's TLS
+  through the sidecar fails unless its own bundle has the sidecar's CA. The sidecar's
+  data volume (the CA key, the SQLite store) is mounted in the sidecar alone: not even a
+  root app can read the key.
 * a shared CA (``ca_secret``: a TLS Secret's name): the Secret mounted read-only at
   ``/etc/effect-sidecar/ca`` (``tls.crt``, ``tls.key``) in the sidecar container alone,
   and ``--ca-from`` that directory; ``sidecar serve`` copies the CA into the data volume's
@@ -64,9 +73,18 @@ What an injected pod gets:
   ['effect-sidecar.io/task']`` when the pod template has that annotation, else
   ``metadata.labels['job-name']`` for a Job's or CronJob's pods (one task per Job run; a
   retried pod of the same Job resumes it), else ``metadata.name`` (stable for StatefulSet
-  pods; a Deployment's pods should carry the annotation). ``SIDECAR_WORKER`` is the pod
-  name, ``SIDECAR_STORE`` comes from the store Secret; ``sidecar serve`` reads
-  ``SIDECAR_*`` itself, so no ``$(VAR)`` expansion is needed in its command.
+  pods; a Deployment's pods should carry the annotation). An Indexed Job's pods run one
+  completion index each, so each gets a task of its own: ``SIDECAR_TASK`` is
+  ``$(EFFECT_SIDECAR_TASK_BASE)-$(JOB_COMPLETION_INDEX)``, the task as above and the
+  index from ``metadata.annotations['batch.kubernetes.io/job-completion-index']``, which
+  kubelet joins (``$(VAR)`` expansion of earlier variables): the index is set only when
+  the controller makes each pod, so a Job's template (``completionMode: Indexed``) gets the
+  same variables as a pod carrying the index (the webhook's case). A Job of several pods
+  without indexes (``parallelism`` or ``completions`` above 1) gets
+  :data:`PARALLEL_JOB_WARNING`: its pods share one task and one lease.
+  ``SIDECAR_WORKER`` is the pod name, ``SIDECAR_STORE`` comes from the store Secret;
+  ``sidecar serve`` reads ``SIDECAR_*`` itself, so no ``$(VAR)`` expansion is needed in
+  its command.
 * ``effect-sidecar.io/status``: JSON of the version and what was added.
 """
 
@@ -81,21 +99,27 @@ from typing import Any
 import sidecar
 from sidecar.errors import InvalidInjection
 from sidecar.kube import annotations as notes
+from sidecar.kube import shape
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.containers import (
+    BUNDLE,
     DATA_DIR,
     REDIRECT,
     SIDECAR,
+    TOKEN_DIR,
+    TOKEN_VOLUME,
     TRUST_DIR,
     TRUST_VOLUME,
     WAIT_READY,
     add_env,
+    add_mount,
     app_env,
     pod_volumes,
     redirect_container,
     sidecar_container,
     volume_names,
 )
+from sidecar.trust import TRUST_VARIABLES
 
 _TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "Pod": (),
@@ -106,15 +130,48 @@ _TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "Job": ("spec", "template"),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
-_JOB_KINDS = frozenset({"Job", "CronJob"})
+#: Where a Job's spec is (completionMode, parallelism, completions).
+_JOB_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Job": ("spec",),
+    "CronJob": ("spec", "jobTemplate", "spec"),
+}
 _JOB_LABELS = ("job-name", "batch.kubernetes.io/job-name")
-#: Shown by the webhook (AdmissionReview warnings, which the API server passes to kubectl)
-#: and by ``sidecar inject``; the API server may cut warnings over 256 characters.
+#: Set by the Job controller on an Indexed Job's pods: an annotation since 1.21, also a
+#: label since 1.28; the annotation is read, being there on every version.
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+#: Warnings are shown by the webhook (AdmissionReview warnings, which the API server
+#: passes to kubectl) and by ``sidecar inject`` (stderr); the API server may cut a
+#: warning over 256 characters, so each stays under that.
 JOB_END_WARNING = (
     "effect-sidecar: the sidecar is a regular container (native-sidecar: false), so this "
-    "Job's pod ends only once it stops: finish the agent's command with a POST to "
+    "Job's pod ends only once it stops: end the agent's command with an authorized POST to "
     "http://127.0.0.1:7300/v1/shutdown (deploy/README.md)"
 )
+PARALLEL_JOB_WARNING = (
+    "effect-sidecar: this Job runs several pods (parallelism or completions > 1) without "
+    "completion indexes, so they share one task and one lease: one is ready at a time and "
+    "each replays what those before it did; use completionMode: Indexed"
+)
+HOST_NETWORK_WARNING = (
+    "effect-sidecar: hostNetwork pod admitted WITHOUT the sidecar "
+    f'({notes.ALLOW_HOST_NETWORK}: "true"): its side effects are not recorded and may '
+    "repeat when it is retried"
+)
+HOST_NETWORK_REFUSAL = (
+    "hostNetwork: true puts the pod in the node's network namespace: the sidecar's iptables "
+    "redirect would capture the whole node's traffic (and its ports would be the node's), "
+    "so the sidecar cannot protect this agent and is not injected; to admit the pod "
+    f'unprotected anyway, set the annotation {notes.ALLOW_HOST_NETWORK}: "true"'
+)
+
+
+def kept_trust_warning(container: str, variable: str) -> str:
+    """The warning for a CA variable an app container sets itself (under 256 characters:
+    a container name has at most 63)."""
+    return (
+        f"effect-sidecar: container {container!r} sets {variable} itself (kept): its TLS "
+        f"through the sidecar fails unless that bundle has the sidecar's CA ({BUNDLE})"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,60 +183,136 @@ class Outcome:
 
 
 def is_workload(manifest: Mapping[str, Any]) -> bool:
-    return manifest.get("kind") in _TEMPLATE_PATHS and isinstance(manifest.get("spec"), dict)
+    """A kind with a pod template, and a spec to find it in."""
+    kind = manifest.get("kind")
+    return isinstance(kind, str) and kind in _TEMPLATE_PATHS and manifest.get("spec") is not None
 
 
-def _template(manifest: dict[str, Any]) -> dict[str, Any]:
+def _dig(manifest: dict[str, Any], path: tuple[str, ...], what: str) -> dict[str, Any]:
+    """The object at ``path``, refused naming the first step that is not an object."""
     node = manifest
-    path = _TEMPLATE_PATHS[manifest["kind"]]
-    for key in path:
+    for depth, key in enumerate(path, start=1):
         child = node.get(key)
         if not isinstance(child, dict):
-            raise InvalidInjection(f"{manifest['kind']} has no pod template at {'.'.join(path)}")
+            where = ".".join(path[:depth])
+            label = what if depth == len(path) else "an object"
+            raise InvalidInjection(f"{where}: expected {label}, got {shape.describe(child)}")
         node = child
     return node
 
 
+def _template(manifest: dict[str, Any]) -> dict[str, Any]:
+    return _dig(manifest, _TEMPLATE_PATHS[manifest["kind"]], "an object (the pod template)")
+
+
+def _job_spec(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """A Job's or CronJob's Job spec, checked; None for other kinds."""
+    path = _JOB_SPEC_PATHS.get(manifest["kind"])
+    if path is None:
+        return None
+    spec = _dig(manifest, path, "an object (the Job spec)")
+    shape.check_job_spec(spec, ".".join(path))
+    return spec
+
+
+def _where(kind: str) -> str:
+    """The pod template's path in a manifest of ``kind``, as a prefix for messages."""
+    path = _TEMPLATE_PATHS[kind]
+    return ".".join(path) + "." if path else ""
+
+
 def inject(manifest: Mapping[str, Any], namespace: str, config: InjectConfig) -> Outcome:
-    """The manifest with the sidecar injected, or unchanged with the reason."""
+    """The manifest with the sidecar injected, or unchanged with the reason; with the
+    warnings to show either way."""
+    shape.check_depth(manifest)  # before anything recursive copies it
     result = copy.deepcopy(dict(manifest))
     if not is_workload(result):
         return Outcome(result, injected=False, reason="not a workload")
+    kind: str = result["kind"]
     pod = _template(result)
-    metadata: dict[str, Any] = pod.setdefault("metadata", {}) or {}
-    pod["metadata"] = metadata
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        raise InvalidInjection(f"{result['kind']}: the pod template has no spec")
     unchanged = copy.deepcopy(dict(manifest))
     # The namespace first: a system pod is never refused, whatever its annotations say.
     if config.skips(namespace):
         return Outcome(unchanged, injected=False, reason=f"namespace {namespace} is skipped")
+    where = _where(kind)
+    metadata = shape.check_metadata(pod.get("metadata"), f"{where}metadata", notes.PREFIX)
+    pod["metadata"] = metadata
     if not notes.opted_in(metadata):
         return Outcome(unchanged, injected=False, reason="not opted in")
     if notes.STATUS in (metadata.get("annotations") or {}):
         return Outcome(unchanged, injected=False, reason="already injected")
-    if spec.get("hostNetwork"):
-        return Outcome(unchanged, injected=False, reason="hostNetwork pod")
+    spec = shape.check_pod_spec(pod.get("spec"), f"{where}spec")
+    job_spec = _job_spec(result)
     request = notes.read(metadata, config)
-    job = _is_job(result["kind"], metadata)
-    status = _inject_spec(spec, metadata, request, config, job=job)
+    if spec.get("hostNetwork"):
+        return _host_network(unchanged, request)
+    return _injected(result, metadata, spec, job_spec, request, config)
+
+
+def _injected(
+    result: dict[str, Any],
+    metadata: dict[str, Any],
+    spec: dict[str, Any],
+    job_spec: Mapping[str, Any] | None,
+    request: notes.Request,
+    config: InjectConfig,
+) -> Outcome:
+    """``result`` with the sidecar in its pod template (``metadata`` and ``spec``)."""
+    job = job_spec is not None or _is_job(metadata)
+    index_field = _index_source(metadata, job_spec)
+    status, warnings = _inject_spec(spec, metadata, request, config, job=job, index=index_field)
     annotations = metadata.setdefault("annotations", {}) or {}
     metadata["annotations"] = annotations
     annotations[notes.STATUS] = json.dumps(status, sort_keys=True, separators=(",", ":"))
-    warnings = (JOB_END_WARNING,) if job and not request.native_sidecar else ()
-    return Outcome(result, injected=True, reason="injected", warnings=warnings)
+    if job and not request.native_sidecar:
+        warnings.insert(0, JOB_END_WARNING)
+    if job_spec is not None and _shares_one_task(job_spec):
+        warnings.insert(0, PARALLEL_JOB_WARNING)
+    return Outcome(result, injected=True, reason="injected", warnings=tuple(warnings))
 
 
-def _is_job(kind: str, metadata: Mapping[str, Any]) -> bool:
-    """A Job's or CronJob's template, or a pod a Job created (what the webhook sees)."""
-    if kind in _JOB_KINDS:
-        return True
+def _host_network(unchanged: dict[str, Any], request: notes.Request) -> Outcome:
+    """A hostNetwork pod that opted in: refused, or admitted unprotected if it says so."""
+    # The pod's network namespace is the node's: the redirect's iptables rules would
+    # capture every process of the node, and the sidecar's ports would be the node's.
+    if not request.allow_host_network:
+        raise InvalidInjection(HOST_NETWORK_REFUSAL, annotation=notes.ALLOW_HOST_NETWORK)
+    return Outcome(
+        unchanged,
+        injected=False,
+        reason="hostNetwork pod admitted unprotected",
+        warnings=(HOST_NETWORK_WARNING,),
+    )
+
+
+def _is_job(metadata: Mapping[str, Any]) -> bool:
+    """A pod a Job created (what the webhook sees)."""
     labels = metadata.get("labels") or {}
     owners = metadata.get("ownerReferences") or []
     return any(label in labels for label in _JOB_LABELS) or any(
         isinstance(owner, dict) and owner.get("kind") == "Job" for owner in owners
     )
+
+
+def _shares_one_task(job_spec: Mapping[str, Any]) -> bool:
+    """A Job whose several pods, having no completion index, all get the one task."""
+    if job_spec.get("completionMode") == "Indexed":
+        return False
+    return (job_spec.get("parallelism") or 1) > 1 or (job_spec.get("completions") or 1) > 1
+
+
+def _index_source(metadata: Mapping[str, Any], job_spec: Mapping[str, Any] | None) -> str | None:
+    """The downward-API path of the pod's completion index, if it has one: for an Indexed
+    Job's template (the index is known only once the controller makes each pod), or for a
+    pod such a Job made (the webhook's case; the index is already set)."""
+    annotation = f"metadata.annotations['{COMPLETION_INDEX}']"
+    if job_spec is not None:
+        return annotation if job_spec.get("completionMode") == "Indexed" else None
+    if COMPLETION_INDEX in (metadata.get("annotations") or {}):
+        return annotation
+    if COMPLETION_INDEX in (metadata.get("labels") or {}):
+        return f"metadata.labels['{COMPLETION_INDEX}']"
+    return None
 
 
 def _check_free(spec: Mapping[str, Any], volumes: list[str], uid: int | None) -> None:
@@ -225,6 +358,17 @@ def _task_source(metadata: Mapping[str, Any], annotated: bool, job: bool) -> str
     return "metadata.name"
 
 
+def _kept_trust(containers: list[dict[str, Any]]) -> list[str]:
+    """A warning for each CA variable an app container sets to something other than the
+    sidecar's bundle: it is kept, so that client will not trust the sidecar's CA."""
+    return [
+        kept_trust_warning(container["name"], item["name"])
+        for container in containers
+        for item in container.get("env") or []
+        if item["name"] in TRUST_VARIABLES and item.get("value") != BUNDLE
+    ]
+
+
 def _inject_spec(
     spec: dict[str, Any],
     metadata: Mapping[str, Any],
@@ -232,23 +376,27 @@ def _inject_spec(
     config: InjectConfig,
     *,
     job: bool,
-) -> dict[str, Any]:
+    index: str | None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Inject into ``spec``; return the status annotation's content and the warnings."""
     volumes = volume_names(request, config)
     transparent = request.mode == "transparent"
     _check_free(spec, volumes, config.run_as_user if transparent else None)
     task_field = _task_source(metadata, request.task_annotated, job)
-    added = sidecar_container(request, config, task_field)
+    added = sidecar_container(request, config, task_field, index)
     app_inits = list(spec.get("initContainers") or [])
     apps = list(spec.get("containers") or [])
     kept: dict[str, list[str]] = {}
     touched = apps + (app_inits if request.native_sidecar else [])
+    warnings = _kept_trust(touched)
     for container in touched:
         names = add_env(container, app_env(transparent))
         if names:
             kept[container["name"]] = names
-        container.setdefault("volumeMounts", []).append(
-            {"name": TRUST_VOLUME, "mountPath": TRUST_DIR, "readOnly": True}
-        )
+        add_mount(container, {"name": TRUST_VOLUME, "mountPath": TRUST_DIR, "readOnly": True})
+        if job and not request.native_sidecar:
+            # The agent's command ends the pod with POST /v1/shutdown, which needs the token.
+            add_mount(container, {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     redirect = [redirect_container(request, config)] if transparent else []
     if request.native_sidecar:
         added["restartPolicy"] = "Always"
@@ -270,6 +418,8 @@ def _inject_spec(
         "volumes": volumes,
         "task": task_field,
     }
+    if index is not None:
+        status["taskIndex"] = index
     if kept:
         status["keptEnv"] = kept
-    return status
+    return status, warnings

@@ -4,12 +4,25 @@
 :func:`make_app` serves it, with ``GET /healthz``, and :func:`serve` runs it over TLS
 (the API server only calls webhooks over HTTPS), reloading its certificate when the
 files change (:class:`CertReloader`); a :class:`TLSProvider` may make those files first
-(the self-signed mode, :mod:`sidecar.kube.selfsigned`). A Pod CREATE that opts in gets
-``allowed: true`` with a base64 JSON Patch from the pod as submitted to the injected
-one; everything else (other kinds or operations, pods not opting in, already injected,
-skipped) is allowed without a patch; an annotation that cannot be honoured is refused
-(``allowed: false``, code 400, the message naming the annotation), so a bad pod is never
-half-injected.
+(the self-signed mode, :mod:`sidecar.kube.selfsigned`).
+
+The answers, so that what a user sees in ``kubectl`` says what is wrong:
+
+* a Pod CREATE that opts in gets ``allowed: true`` with a base64 JSON Patch from the pod
+  as submitted to the injected one, and ``warnings`` (kubectl prints them) for what the
+  injection could not fix: a CA variable the app sets itself, a Job that will not end;
+* a workload CREATE (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob), if
+  the webhook's configuration routes it here, is never patched (its pods are) but is
+  refused or warned as its pods would be - a Job whose pods share one task, say - so
+  ``kubectl apply`` shows it rather than only the controller;
+* everything else (other kinds or operations, not opting in, already injected, skipped)
+  is allowed without a patch;
+* a pod that cannot be injected as it asks - a bad annotation, ``hostNetwork`` without
+  the opt-out, a field of the wrong shape - is refused (``allowed: false``, code 400, the
+  message naming the annotation or field), so a bad pod is never half-injected;
+* a body that is not an AdmissionReview v1 at all (not JSON, nested absurdly deep, no
+  ``request.uid``, a ``request.kind`` that is not an object) is a 400
+  ``application/problem+json``: there is no review to answer.
 """
 
 from __future__ import annotations
@@ -31,72 +44,138 @@ import jsonpatch
 from aiohttp import web
 
 from sidecar.config import parse_listen
-from sidecar.errors import ConfigError, InvalidInjection
+from sidecar.control.problems import problem_middleware
+from sidecar.errors import ConfigError, InvalidInjection, InvalidRequest
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.inject import inject
+from sidecar.kube.shape import describe
 from sidecar.tls import server_context
 
 log = logging.getLogger("sidecar.kube.webhook")
 
 API_VERSION = "admission.k8s.io/v1"
 CONFIG: web.AppKey[InjectConfig] = web.AppKey("inject_config", InjectConfig)
+#: The workloads reviewed but never patched, by kind, with their API group.
+WORKLOADS = {
+    "Deployment": "apps",
+    "StatefulSet": "apps",
+    "DaemonSet": "apps",
+    "ReplicaSet": "apps",
+    "Job": "batch",
+    "CronJob": "batch",
+}
 
 
-class BadReview(ValueError):
+class BadReview(InvalidRequest):
     """The body is not an AdmissionReview v1 with a request."""
+
+    title = "Not an AdmissionReview v1"
+
+
+def parse(raw: bytes) -> Any:
+    """The body as JSON, or :class:`BadReview`."""
+    try:
+        return json.loads(raw)
+    except RecursionError:  # json.loads recurses once per level of nesting
+        raise BadReview("the body is nested too deeply to be an AdmissionReview") from None
+    except ValueError as exc:  # includes UnicodeDecodeError
+        raise BadReview(f"the body is not JSON: {exc}") from None
+
+
+def _object(value: Any, where: str, what: str = "an object") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadReview(f"{where}: expected {what}, got {describe(value)}")
+    return value
+
+
+def _string(value: Any, where: str, *, empty: bool = True) -> None:
+    if not isinstance(value, str) or not (empty or value):
+        what = "a string" if empty else "a non-empty string"
+        raise BadReview(f"{where}: expected {what}, got {describe(value)}")
+
+
+def _request(body: Any) -> dict[str, Any]:
+    """``body.request``, with the fields the decision reads checked."""
+    if (
+        not isinstance(body, dict)
+        or body.get("apiVersion") != API_VERSION
+        or body.get("kind") != "AdmissionReview"
+    ):
+        raise BadReview(f"expected an AdmissionReview of {API_VERSION}")
+    request = _object(body.get("request"), "request")
+    _string(request.get("uid"), "request.uid", empty=False)
+    kind = _object(request.get("kind"), "request.kind", "an object {group, version, kind}")
+    _string(kind.get("kind"), "request.kind.kind")
+    _string(kind.get("group", ""), "request.kind.group")
+    _string(request.get("operation"), "request.operation")
+    _string(request.get("namespace") or "", "request.namespace")
+    return request
+
+
+def _reviewed(request: dict[str, Any]) -> str | None:
+    """The kind under review if this webhook decides on it: a Pod or a workload CREATE."""
+    kind: str = request["kind"]["kind"]
+    group: str = request["kind"].get("group", "")
+    if request["operation"] != "CREATE":
+        return None
+    if (group, kind) == ("", "Pod") or WORKLOADS.get(kind) == group:
+        return kind
+    return None
 
 
 def review(body: Any, config: InjectConfig) -> dict[str, Any]:
-    """The AdmissionReview answering ``body``."""
-    if not isinstance(body, dict) or body.get("apiVersion") != API_VERSION:
-        raise BadReview(f"expected an AdmissionReview of {API_VERSION}")
-    request = body.get("request")
-    if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
-        raise BadReview("the AdmissionReview has no request.uid")
+    """The AdmissionReview answering ``body``; :class:`BadReview` if it is not one."""
+    request = _request(body)
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
-    kind = request.get("kind") or {}
-    pod = request.get("object")
-    if (
-        kind.get("kind") == "Pod"
-        and kind.get("group", "") == ""
-        and request.get("operation") == "CREATE"
-        and isinstance(pod, dict)
-    ):
-        namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace"))
-        name = (pod.get("metadata") or {}).get("name") or (pod.get("metadata") or {}).get(
-            "generateName", "?"
-        )
-        try:
-            outcome = inject(pod, namespace, config)
-        except InvalidInjection as error:
-            log.warning("pod refused", extra={"namespace": namespace, "pod": name})
-            response["allowed"] = False
-            response["status"] = {
-                "code": 400,
-                "reason": "BadRequest",
-                "message": f"effect-sidecar: {error.detail}",
-            }
-        else:
-            if outcome.injected:
-                patch = jsonpatch.make_patch(pod, outcome.manifest).patch
-                response["patchType"] = "JSONPatch"
-                response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-            if outcome.warnings:
-                response["warnings"] = list(outcome.warnings)  # kubectl prints them
-            log.info(
-                "pod admitted",
-                extra={"namespace": namespace, "pod": name, "outcome": outcome.reason},
-            )
+    kind = _reviewed(request)
+    if kind is not None:
+        response.update(_decide(request, kind, config))
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
-async def mutate(request: web.Request) -> web.Response:
+def _denied(message: str) -> dict[str, Any]:
+    return {
+        "allowed": False,
+        "status": {"code": 400, "reason": "BadRequest", "message": f"effect-sidecar: {message}"},
+    }
+
+
+def _decide(request: dict[str, Any], kind: str, config: InjectConfig) -> dict[str, Any]:
+    """What to answer for a Pod (patched) or a workload (never patched) being created."""
+    submitted = request.get("object")
+    if not isinstance(submitted, dict):
+        return _denied(f"request.object: expected an object (a {kind}), got {describe(submitted)}")
+    # The API server sends the object with its kind; inject() goes by it.
+    manifest = submitted if submitted.get("kind") == kind else {**submitted, "kind": kind}
+    metadata = manifest.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}  # inject() refuses the rest
+    namespace = request.get("namespace") or metadata.get("namespace") or "default"
+    where = {"namespace": str(namespace), "kind": kind, "object": _name(metadata)}
     try:
-        body = await request.json()
-        answer = review(body, request.app[CONFIG])
-    except ValueError as error:  # unparsable JSON, or BadReview
-        return web.json_response({"error": str(error)}, status=400)
-    return web.json_response(answer)
+        outcome = inject(manifest, str(namespace), config)
+    except InvalidInjection as error:
+        log.warning("refused", extra={**where, "error": error.detail})
+        return _denied(error.detail)
+    answer: dict[str, Any] = {}
+    if outcome.injected and kind == "Pod":
+        patch = jsonpatch.make_patch(manifest, outcome.manifest).patch
+        answer["patchType"] = "JSONPatch"
+        answer["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if outcome.warnings:
+        answer["warnings"] = list(outcome.warnings)  # kubectl prints them
+    log.info("admitted", extra={**where, "outcome": outcome.reason})
+    return answer
+
+
+def _name(metadata: dict[str, Any]) -> str:
+    return str(metadata.get("name") or metadata.get("generateName") or "?")
+
+
+async def mutate(request: web.Request) -> web.Response:
+    # BadReview and aiohttp's own errors (a body over the size limit) become problem+json
+    # in the middleware.
+    body = parse(await request.read())
+    return web.json_response(review(body, request.app[CONFIG]))
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -104,7 +183,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def make_app(config: InjectConfig) -> web.Application:
-    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app = web.Application(client_max_size=8 * 1024 * 1024, middlewares=[problem_middleware])
     app[CONFIG] = config
     app.router.add_post("/mutate", mutate)
     app.router.add_get("/healthz", healthz)

@@ -37,7 +37,7 @@ from sidecar import failpoints
 from sidecar.domain.model import EffectState
 from sidecar.errors import SidecarError, StaleGeneration
 from sidecar.metrics import Metrics
-from sidecar.pgwire import messages, records
+from sidecar.pgwire import messages, records, redaction
 from sidecar.pgwire.codec import Message
 from sidecar.pgwire.mirror import Done, LogMirror, Mirrors
 from sidecar.pgwire.ordinals import Ordinals
@@ -278,7 +278,7 @@ class Statements:
             ensure_schema=lambda: self._ensure_schema(conversation, run),
             simple=True,
         )
-        key = self._take(binding, statement, match.key(statement))
+        key = self._take(binding, statement, redaction.effect_key(match, statement))
         try:
             return await self._guarded(wire, binding, match, statement, key)
         except BaseException:
@@ -301,8 +301,9 @@ class Statements:
         try:
             await wire.ensure_schema()
             values = records.record_values(
-                binding.task, key, binding.attempt_id, binding.generation, statement.text
-            )
+                binding.task, key, binding.attempt_id, binding.generation,
+                redaction.redacted_text(statement.text),  # no password literal kept in clear
+            )  # fmt: skip
             answers = await wire.ask(*records.request(records.RECORD, values, sync=wire.simple))
             self._check_record(answers)
         finally:
@@ -348,7 +349,7 @@ class Statements:
         unknown and the next attempt runs it again: the one window the other statements do
         not have.  Returns the answer for the agent (its own or the recorded one), and
         whether the statement succeeded."""
-        key = self._take(binding, statement, match.key(statement, parameters))
+        key = self._take(binding, statement, redaction.effect_key(match, statement, parameters))
         try:
             return await self._run_outside_transaction(binding, match, statement, run_it, key)
         except BaseException:
@@ -447,7 +448,7 @@ class Statements:
                 return
             conversation.send_client(answer)
             return
-        key = self._take(binding, statement, match.key(statement, parameters))
+        key = self._take(binding, statement, redaction.effect_key(match, statement, parameters))
         try:
             await self._execute(conversation, binding, match, statement, raw, key)
         except BaseException:

@@ -32,6 +32,7 @@ from sidecar.domain.model import Effect, EffectState
 from sidecar.errors import EffectExists, SidecarError, StaleGeneration
 from sidecar.pgwire.codec import Message
 from sidecar.pgwire.records import Refused, as_response, error_text
+from sidecar.pgwire.redaction import normalised
 from sidecar.recording.bindings import Binding
 from sidecar.recording.recorder import Recorder
 from sidecar.rules.matcher import SqlRuleMatch
@@ -116,7 +117,7 @@ class LogMirror:
                 kind="sql", rule=match.rule.name,
                 fingerprint="sha256:" + hashlib.sha256(statement.normalised.encode()).hexdigest(),
                 idempotency_key=None,
-                request={"database": self._database, "statement": statement.normalised[:4000]},
+                request={"database": self._database, "statement": normalised(statement)[:4000]},
             ))  # fmt: skip
         except EffectExists as logged:
             existing = logged.existing

@@ -34,6 +34,7 @@ from mitmproxy.master import Master
 
 from sidecar.aio import spawn
 from sidecar.errors import ConfigError
+from sidecar.proxy import body_limit
 from sidecar.proxy.routes import Routes
 from sidecar.rules import RuleSet
 
@@ -91,6 +92,7 @@ class EmbeddedProxy:
         """Start listening; return the bound addresses."""
         _check_bindable(self._settings["listen_host"], self._settings["listen_port"])
         opts = options.Options()
+        body_limit.install()
         self._master = Master(opts)
         self._master.addons.add(*default_addons())
         self._master.addons.add(*self._addons)

@@ -51,7 +51,12 @@ from sidecar.errors import (
 from sidecar.metrics import Metrics
 from sidecar.proxy.codecs import Codec, Content, Described, GitPushCodec, HttpCodec, codec_for
 from sidecar.proxy.exchange import AgentRequest, Answer, Sender, refusal, unsendable_header
-from sidecar.proxy.redact import recordable_response_headers, request_summary
+from sidecar.proxy.redact import (
+    recordable_response_headers,
+    redact_response,
+    request_summary,
+    without_secrets,
+)
 from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.recording.bindings import Binding, Bindings
 from sidecar.recording.recorder import Recorder
@@ -88,7 +93,15 @@ class Call:
     def what(self) -> str:
         """The request as a refusal in the audit trail names it."""
         facts = self.request.facts
-        return f"{facts.method} {facts.host}{facts.path} (rule {self.rule.name})"
+        return f"{facts.method} {facts.host}{self.shown(facts.path)} (rule {self.rule.name})"
+
+    def shown(self, text: str) -> str:
+        """``text`` fit for the effect log and the logs: the rule's secret parameters out."""
+        return without_secrets(text, self.match.secrets)
+
+    def kept(self, response: RecordedResponse) -> RecordedResponse:
+        """``response`` as the effect log keeps it: the fields the rule names redacted."""
+        return redact_response(response, self.rule.redact.response)
 
     @property
     def fields(self) -> dict[str, object]:
@@ -136,6 +149,8 @@ class EffectGuard:
         try:
             answer = await self._handle(binding, match, request)
         except SidecarError as error:
+            # Details quote the request's URL, which may carry a secret the rule marks.
+            error.detail = without_secrets(error.detail, match.secrets)
             answer = refusal(error)
             log.warning(
                 "effect refused: %s",
@@ -143,8 +158,10 @@ class EffectGuard:
                 extra=_fields(binding, rule) | {"code": error.code},
             )
         except Exception as unexpected:  # SPEC §3.6: every failure is answered
-            answer = refusal(fault(unexpected, rule))
-            log.exception("effect path failed", extra=_fields(binding, rule))
+            failed = fault(unexpected, rule)
+            failed.detail = without_secrets(failed.detail, match.secrets)
+            answer = refusal(failed)
+            _log_fault(match, failed, binding)
         self._metrics.effects.labels(rule.name, answer.disposition).inc()
         return answer
 
@@ -153,7 +170,7 @@ class EffectGuard:
     ) -> Answer:
         rule = match.rule
         if binding is None:
-            raise TaskUnbound(
+            raise TaskUnbound(  # the URL's secrets are taken out by handle()
                 f"{request.facts.method} {request.facts.host}{request.facts.path} is a side "
                 f"effect (rule {rule.name}) but no task is bound: run the agent under "
                 "`sidecar exec --task TASK`, or send X-Sidecar-Task"
@@ -201,7 +218,7 @@ class EffectGuard:
             facts.method,
             request.scheme,
             facts.host if facts.port is None else f"{facts.host}:{facts.port}",
-            facts.path,
+            call.shown(facts.path),
             request.target.partition("?")[2],
             request.headers,
             None if call.described.push is not None else request.body,
@@ -365,13 +382,13 @@ class EffectGuard:
                 call.binding.attempt_id,
                 call.binding.generation,
                 EffectState.COMPLETED,
-                response=evidence,
+                response=call.kept(evidence),
                 detail="completed from evidence in the outside world",
             )
         )
         self._remember(completed)
         self._note_later(call.binding, effect, "probed", "found in the outside world")
-        await self._checkpoint(call, evidence)
+        await self._checkpoint(call, call.kept(evidence))
         log.info("effect found by probe", extra=call.fields)
         return _answer(call.codec.replay(completed, call.described), "probed")
 
@@ -505,8 +522,9 @@ class EffectGuard:
             if evidence is not None:
                 return await self._complete_from_evidence(call, effect, evidence)
         state = call.codec.classify(rule, reply)
-        recorded = RecordedResponse(
-            reply.status, recordable_response_headers(reply.headers), reply.body
+        # The agent gets the answer whole (_live_answer); the log keeps it redacted.
+        recorded = call.kept(
+            RecordedResponse(reply.status, recordable_response_headers(reply.headers), reply.body)
         )
         detail = f"upstream answered {reply.status}"
         if late:
@@ -528,7 +546,8 @@ class EffectGuard:
             try:
                 reply = await sending
             except UpstreamError as error:
-                log.info("the first try ended with no answer: %s", error, extra=call.fields)
+                why = call.shown(str(error))
+                log.info("the first try ended with no answer: %s", why, extra=call.fields)
                 return
             except Exception:  # the connection's end is what matters; the error is logged
                 log.exception("the first try failed", extra=call.fields)
@@ -572,6 +591,7 @@ class EffectGuard:
         response: RecordedResponse | None = None,
     ) -> Effect:
         binding = call.binding
+        detail = call.shown(detail)  # an upstream error's text quotes the URL
         return await self._recorder.durably(
             lambda: self._store.transition_effect(
                 binding.task,
@@ -646,6 +666,16 @@ def fault(unexpected: BaseException, rule: Rule) -> SidecarFault:
         f"rule {rule.name}: {type(unexpected).__name__}: {unexpected}; nothing was forwarded "
         "that was not recorded first (an effect left pending is checked before it is sent again)"
     )
+
+
+def _log_fault(match: RuleMatch, failed: SidecarFault, binding: Binding | None) -> None:
+    """Log an unexpected failure; with its traceback unless the URL holds a secret, which
+    the exception's own text might quote."""
+    fields = _fields(binding, match.rule)
+    if match.secrets:
+        log.error("effect path failed: %s", failed.detail, extra=fields)
+    else:
+        log.exception("effect path failed", extra=fields)
 
 
 def _answer(content: Content, disposition: str) -> Answer:

@@ -1,9 +1,13 @@
-"""What of a request may be written to the effect log: nothing secret, in clear.
+"""What of an effect may be written to the effect log and the logs: nothing secret, in clear.
 
 The log keeps enough to audit an effect (method, URL, header names, a redacted copy of
-a JSON body, sizes and hashes) and never Authorization, cookies, API keys or anything
-that looks like a token.  Recorded *responses* are kept whole (they are replayed to the
-agent), except ``Set-Cookie``, which is dropped.
+a JSON body, sizes and hashes) and never Authorization, cookies, API keys, anything
+that looks like a token, or the path parameters a rule marks secret (``redact.params``).
+Recorded *responses* are kept whole, as they are replayed to the agent, except
+``Set-Cookie``, which is dropped, and the fields a rule names (``redact.response``):
+those are stored redacted, so a replay answers with the redacted value.  Responses are
+not redacted by name by default: a ``token`` in a create-token API's answer is what the
+agent asked for.
 """
 
 from __future__ import annotations
@@ -11,9 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
+from urllib.parse import parse_qsl, unquote, urlencode
+
+from mitmproxy.net import encoding
+
+from sidecar.domain.model import RecordedResponse
 
 REDACTED = "[redacted]"
 MAX_BODY_EXCERPT = 4096
@@ -117,3 +125,104 @@ def recordable_response_headers(headers: Iterable[tuple[str, str]]) -> tuple[tup
     """Response headers worth replaying: no cookies, no per-connection framing."""
     drop = {"set-cookie", "connection", "keep-alive", "transfer-encoding", "content-length"}
     return tuple((n, v) for n, v in headers if n.lower() not in drop)
+
+
+def without_secrets(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each secret, as sent or percent-decoded, redacted.
+
+    For anything shown about a request whose URL carries a secret (a bot token, a webhook
+    secret): its stored URL, log lines, error details that quote the URL.
+    """
+    forms = {form for secret in secrets if secret for form in (secret, unquote(secret))}
+    for form in sorted(forms, key=len, reverse=True):  # a secret inside another: longest first
+        text = text.replace(form, REDACTED)
+    return text
+
+
+# What a response whose secrets cannot be found (it is neither JSON nor a form) keeps of
+# its body: nothing.  The header tells whoever gets the replay why the body is empty.
+UNREADABLE_BODY_HEADER = ("X-Sidecar-Redacted", "body not kept: secret fields not readable")
+
+
+def redact_response(
+    response: RecordedResponse, fields: Sequence[tuple[str, ...]]
+) -> RecordedResponse:
+    """The answer as the effect log keeps it when a rule names secret fields in it.
+
+    The body is decoded (``Content-Encoding``) and each field - a path of names from the
+    top of the JSON, lists on the way stepped into, or a top-level name of a form-encoded
+    body - is replaced by ``[redacted]``.  A body where nothing was found is kept as it came,
+    byte for byte; a body that cannot be read is not kept at all.
+    """
+    if not fields or not response.body:
+        return response
+    text = _decoded(response)
+    redacted = None if text is None else _redacted_json(text, fields)
+    if redacted is None and text is not None and _is_form(response):
+        redacted = _redacted_form(text, fields)
+    if redacted is None:
+        headers = (*_without_encoding(response.headers), UNREADABLE_BODY_HEADER)
+        return RecordedResponse(response.status, headers, b"")
+    if redacted is text:
+        return response
+    return RecordedResponse(response.status, _without_encoding(response.headers), redacted)
+
+
+def _header(headers: Iterable[tuple[str, str]], name: str) -> str:
+    return next((v for n, v in headers if n.lower() == name), "")
+
+
+def _without_encoding(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple((n, v) for n, v in headers if n.lower() != "content-encoding")
+
+
+def _decoded(response: RecordedResponse) -> bytes | None:
+    """The body with its content codings undone (last applied, first undone)."""
+    body = response.body
+    codings = [c.strip().lower() for c in _header(response.headers, "content-encoding").split(",")]
+    try:
+        for coding in reversed([c for c in codings if c]):
+            body = cast(bytes, encoding.decode(body, coding))
+    except ValueError:  # an unknown coding, or a body that is not what it says
+        return None
+    return body
+
+
+def _is_form(response: RecordedResponse) -> bool:
+    content_type = _header(response.headers, "content-type")
+    return content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded"
+
+
+def _redacted_json(body: bytes, fields: Sequence[tuple[str, ...]]) -> bytes | None:
+    """The JSON with the fields redacted; ``body`` itself if none is there; None if not JSON."""
+    try:
+        data = json.loads(body)
+        found = [_redact_at(data, path) for path in fields]
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly deep
+        return None
+    if not any(found):
+        return body
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _redact_at(data: Any, path: tuple[str, ...]) -> bool:
+    """Redact ``path`` in ``data`` (in place); whether it was there."""
+    if isinstance(data, list):
+        return any([_redact_at(item, path) for item in data])  # every item, no short cut
+    if not isinstance(data, dict) or path[0] not in data:
+        return False
+    if len(path) == 1:
+        data[path[0]] = REDACTED
+        return True
+    return _redact_at(data[path[0]], path[1:])
+
+
+def _redacted_form(body: bytes, fields: Sequence[tuple[str, ...]]) -> bytes | None:
+    try:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=True)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    names = {path[0] for path in fields if len(path) == 1}
+    if not any(name in names for name, _ in pairs):
+        return body
+    return urlencode([(n, REDACTED if n in names else v) for n, v in pairs]).encode()

@@ -7,9 +7,9 @@ it (everything else). The body is read afterwards, for keys and fingerprints.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from sidecar.rules.model import HttpMatch, Rule
+from sidecar.rules.regex import LinearMatch
 from sidecar.rules.sql import Statement
 from sidecar.rules.sql import effect_key as sql_effect_key
 from sidecar.rules.sql import matches as sql_matches
@@ -98,11 +99,37 @@ class RuleMatch:
     rule: Rule
     params: Mapping[str, str]  # path parameters, in URL form
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The values of the path parameters the rule marks secret (``redact.params``)."""
+        return tuple(self.params[n] for n in self.rule.redact.params if self.params.get(n))
+
+
+def secret_digest(value: str) -> str:
+    """What a secret path parameter is in an effect key: two secrets stay two keys, and
+    the key (stored, logged, shown by the control API) never holds the secret itself."""
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"[redacted:{digest}]"
+
+
+def _without_secrets(
+    match: RuleMatch, facts: HttpRequestFacts
+) -> tuple[HttpRequestFacts, Mapping[str, str]]:
+    """The facts and parameters a key is made of, each secret parameter as its digest."""
+    secrets = set(match.secrets)
+    if not secrets:
+        return facts, match.params
+    params = {n: secret_digest(v) if v in secrets else v for n, v in match.params.items()}
+    path = facts.path
+    for secret in sorted(secrets, key=len, reverse=True):
+        path = path.replace(secret, secret_digest(secret))
+    return dataclasses.replace(facts, path=path), params
+
 
 @dataclass(frozen=True, slots=True)
 class SqlRuleMatch:
     rule: Rule
-    found: re.Match[str] | bool  # the regex match when the rule has a regex
+    found: LinearMatch | bool  # the regex match when the rule has a regex
 
     def key(self, statement: Statement, parameters: tuple[bytes | None, ...] = ()) -> str:
         assert self.rule.sql is not None
@@ -215,12 +242,14 @@ class RuleSet:
         the sha256 of the canonical body (:func:`canonical_body`), preceded by the sorted
         query and a newline when there is a query. So the same request - the same JSON
         whatever its key order or spacing, or the same bytes - gets the same key, and
-        the query, which may carry secrets, is not written in clear.
+        the query, which may carry secrets, is not written in clear.  A path parameter
+        the rule marks secret is its :func:`secret_digest`, in the path and in a ``key``.
         """
         rule = match.rule
+        facts, params = _without_secrets(match, facts)
         if rule.key is not None:
             try:
-                return rule.key.render(facts, match.params)
+                return rule.key.render(facts, params)
             except TemplateValueMissing:
                 pass  # fall back to the request itself, documented above
         digest = hashlib.sha256()

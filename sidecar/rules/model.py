@@ -70,7 +70,7 @@ class OnDivergence(StrEnum):
 class FieldProblem(ValueError):
     """A cross-field check failed; ``field`` is the path of the field at fault."""
 
-    def __init__(self, field: tuple[str, ...], message: str) -> None:
+    def __init__(self, field: tuple[str | int, ...], message: str) -> None:
         self.field = field
         super().__init__(message)
 
@@ -229,6 +229,40 @@ class CheckpointSpec(_Frozen):
     outputs: dict[str, JMESPath] = Field(default_factory=dict)  # over the response's JSON
 
 
+def _field_path(value: Any) -> tuple[str, ...]:
+    if isinstance(value, tuple):  # a Rule built in code from another's fields
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"expected a field name or dotted path, got {_what(value)}")  # noqa: TRY004
+    steps = tuple(value.split("."))
+    if not all(steps):
+        raise ValueError(
+            f"{value!r} is not a field name or dotted path such as 'credentials.password'"
+        )
+    return steps
+
+
+FieldPath = Annotated[tuple[str, ...], PlainValidator(_field_path), PlainSerializer(".".join)]
+
+
+class Redact(_Frozen):
+    """Secrets a rule knows of that the effect log must not keep in clear.
+
+    ``params``: path parameters that are secrets (a bot token or webhook secret in the
+    URL): ``[redacted]`` wherever the request is shown or logged, a hash in the effect
+    key.  ``response``: fields of the recorded answer, as names or dotted paths from the
+    top of its JSON (lists on the way are stepped into), stored as ``[redacted]``: the
+    agent gets the real answer once, and a replay answers with what was stored.
+    """
+
+    params: tuple[str, ...] = ()
+    response: tuple[FieldPath, ...] = ()
+
+    @property
+    def anything(self) -> bool:
+        return bool(self.params or self.response)
+
+
 def _match_kind(value: Any) -> str:
     """``match: {sql: ...}`` is a SQL rule; anything else an HTTP one."""
     if isinstance(value, SqlMatch) or (isinstance(value, dict) and "sql" in value):
@@ -267,6 +301,7 @@ class Rule(_Frozen):
     timeout_s: float = Field(default=30.0, gt=0, le=600)  # upstream timeout
     settle_s: float = Field(default=30.0, ge=0, le=3600)  # the API acting after we left
     checkpoint: CheckpointSpec | None = None
+    redact: Redact = Field(default_factory=Redact)
 
     @field_validator("name")
     @classmethod
@@ -304,8 +339,8 @@ class Rule(_Frozen):
             self._check_sql()
             return self
         if not self.logged:
-            for field in ("probe", "idempotency_header", "checkpoint"):
-                if getattr(self, field) is not None:
+            for field in ("probe", "idempotency_header", "checkpoint", "redact"):
+                if getattr(self, field) not in (None, Redact()):
                     raise FieldProblem(
                         (field,),
                         f"'{field}' is only meaningful for non_idempotent and cache rules; "
@@ -328,11 +363,16 @@ class Rule(_Frozen):
                 f"'on_unknown: {self.on_unknown}')",
             )
         self._check_placeholders()
+        self._check_secret_params()
         return self
 
     def _check_sql(self) -> None:
         if self.effect is EffectKind.CACHE:
             raise FieldProblem(("effect",), "SQL statements are not cached: use non_idempotent")
+        if self.redact.anything:
+            raise FieldProblem(
+                ("redact",), "'redact' is for HTTP rules: their path parameters and answers"
+            )
         for field in (
             "key", "probe", "idempotency_header", "exists_when", "checkpoint"
         ):  # fmt: skip
@@ -355,6 +395,23 @@ class Rule(_Frozen):
                     (field,),
                     f"'{field}' does not apply to git pushes: they are keyed by ref and "
                     "probed through the repository's advertised refs",
+                )
+        if self.redact.anything:
+            raise FieldProblem(
+                ("redact",),
+                "'redact' does not apply to git pushes: their credentials travel in headers, "
+                "which are always redacted, and their answers are a push report",
+            )
+
+    def _check_secret_params(self) -> None:
+        assert isinstance(self.match, HttpMatch)
+        params = self.match.path.params if self.match.path else ()
+        for index, name in enumerate(self.redact.params):
+            if name not in params:
+                known = ", ".join(params) or "none"
+                raise FieldProblem(
+                    ("redact", "params", index),
+                    f"{name!r} is not a parameter of match.path (it has: {known})",
                 )
 
     def _check_placeholders(self) -> None:

@@ -1,15 +1,15 @@
 """What a rule's ``match`` section is made of: host patterns and path templates.
 
 Both are parsed once when the rules are loaded; matching a request is then one regular
-expression per condition.
+expression per condition, run by the linear-time engine (``sidecar.rules.regex``).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass
 
+from sidecar.rules.regex import LinearPattern, compile_pattern, escape
 from sidecar.rules.templates import PARAM_NAME, TemplateSyntaxError
 
 _HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.*]+)\]|(?P<name>[a-z0-9*?._-]+))(?::(?P<port>\d{1,5}))?")
@@ -20,7 +20,7 @@ class HostPattern:
     """A case-insensitive glob over the host name, optionally pinned to one port."""
 
     source: str
-    regex: re.Pattern[str]
+    regex: LinearPattern
     port: int | None
 
     @classmethod
@@ -35,26 +35,34 @@ class HostPattern:
         if port is not None and not 0 < port < 65536:
             raise TemplateSyntaxError(f"invalid host pattern {source!r}: port out of range")
         host = found["v6"] or found["name"]
-        return cls(source, re.compile(fnmatch.translate(host)), port)
+        return cls(source, compile_pattern(_glob(host)), port)
 
     def matches(self, host: str, port: int | None = None) -> bool:
         """Whether ``host`` (lower-case, no brackets) matches; an unknown port matches any."""
         if self.port is not None and port is not None and port != self.port:
             return False
-        return self.regex.match(host) is not None
+        return self.regex.fullmatch(host) is not None
+
+
+def _glob(host: str) -> str:
+    """A host glob as a pattern: ``*`` any run of characters (dots too), ``?`` one."""
+    wild = {"*": ".*", "?": "."}
+    return "".join(wild.get(char) or escape(char) for char in host)
 
 
 @dataclass(frozen=True, slots=True)
 class PathTemplate:
     """``{name}`` takes one non-empty segment, ``{name*}`` one or more; literals match exactly.
 
-    It matches the request path as sent (percent-encoded, without the query), so the
+    A ``{name}`` may have literal text around it within its segment (``/bot{token}``,
+    ``/{id}.json``), one parameter per segment; a ``{name*}`` is a whole segment.  It
+    matches the request path as sent (percent-encoded, without the query), so the
     parameters it captures are in URL form. A trailing slash on the request is tolerated.
     """
 
     source: str
     params: tuple[str, ...]
-    regex: re.Pattern[str]
+    regex: LinearPattern
 
     @classmethod
     def parse(cls, source: str) -> PathTemplate:
@@ -72,26 +80,34 @@ class PathTemplate:
         for segment in body.split("/")[1:] if body else []:
             if not segment:
                 raise bad("empty segment ('//')")
-            if not (segment.startswith("{") and segment.endswith("}")):
+            found = _SEGMENT.fullmatch(segment)
+            if found is None:
                 if "{" in segment or "}" in segment:
-                    raise bad(f"a parameter must be a whole segment, not {segment!r}")
-                pieces.append(re.escape(segment))
+                    raise bad(f"{segment!r}: at most one {{name}} per segment, braces balanced")
+                pieces.append(escape(segment))
                 continue
-            name = segment[1:-1]
-            star = name.endswith("*")
-            name = name.removesuffix("*")
+            name, star = found["name"].removesuffix("*"), found["name"].endswith("*")
             if not PARAM_NAME.fullmatch(name):
                 raise bad(f"{segment!r} is not a parameter name (letters, digits, '_')")
             if name in params:
                 raise bad(f"parameter {{{name}}} appears twice")
+            if star and (found["before"] or found["after"]):
+                raise bad(f"a {{{name}*}} parameter must be a whole segment, not {segment!r}")
             stars += star
             if stars > 1:
                 raise bad("only one {name*} parameter is allowed")
             params.append(name)
-            pieces.append(f"(?P<{name}>{'.+?' if star else '[^/]+'})")
-        pattern = "^/" + "/".join(pieces) + ("/?$" if pieces else "$")
-        return cls(source, tuple(params), re.compile(pattern))
+            capture = f"(?P<{name}>{'.+?' if star else '[^/]+'})"
+            pieces.append(escape(found["before"]) + capture + escape(found["after"]))
+        pattern = "/" + "/".join(pieces) + ("/?" if pieces else "")
+        return cls(source, tuple(params), compile_pattern(pattern))
 
     def match(self, path: str) -> dict[str, str] | None:
-        found = self.regex.match(path)
-        return None if found is None else found.groupdict()
+        found = self.regex.fullmatch(path)
+        if found is None:
+            return None
+        return {name: value for name, value in found.groupdict().items() if value is not None}
+
+
+# One segment holding a parameter, with the literal text around it.
+_SEGMENT = re.compile(r"(?P<before>[^{}]*)\{(?P<name>[^{}]*)\}(?P<after>[^{}]*)")

@@ -20,28 +20,40 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pglast import parser as pg
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    field_validator,
+)
+
+from sidecar.rules.regex import LinearMatch, LinearPattern, compile_pattern
 
 _COMMENT_KEY = re.compile(r"/\*\s*sidecar:key=([^*]+?)\s*\*/")
 _LEADING_COMMENTS = re.compile(r"\A(\s+|--[^\n]*\n?|/\*.*?\*/)*", re.DOTALL)
 _PLACEHOLDER = re.compile(r"\{(group|param)\.(\w+)\}|\{(kind|fingerprint)\}")
 
 
-def _regex(value: Any) -> re.Pattern[str]:
-    if isinstance(value, re.Pattern):
+def _regex(value: Any) -> LinearPattern:
+    if isinstance(value, LinearPattern):
         return value
-    try:
-        # SQL keywords and unquoted names are case-insensitive: so is the match.
-        return re.compile(str(value), re.IGNORECASE)
-    except re.error as error:
-        raise ValueError(f"invalid regular expression: {error}") from error
+    # SQL keywords and unquoted names are case-insensitive: so is the match.  The engine is
+    # linear-time: a rule's pattern cannot stall the relay (its errors are ValueErrors).
+    return compile_pattern(str(value), ignore_case=True)
 
 
 class SqlCondition(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     kind: tuple[str, ...] = ()
-    regex: Annotated[re.Pattern[str], PlainValidator(_regex)] | None = None
+    regex: (
+        Annotated[
+            LinearPattern, PlainValidator(_regex), PlainSerializer(lambda regex: regex.source)
+        ]
+        | None
+    ) = None
     comment: bool = Field(default=False, description="Only statements with a sidecar:key comment")
     key: str | None = None
 
@@ -126,7 +138,7 @@ def split(sql: str) -> list[str]:
     return [t for t in texts if t.strip().strip(";").strip()] or [sql]
 
 
-def matches(condition: SqlCondition, statement: Statement) -> re.Match[str] | bool:
+def matches(condition: SqlCondition, statement: Statement) -> LinearMatch | bool:
     if condition.kind and statement.kind not in condition.kind:
         return False
     if condition.comment and statement.comment_key is None:
@@ -141,7 +153,7 @@ def effect_key(
     rule_name: str,
     condition: SqlCondition,
     statement: Statement,
-    found: re.Match[str] | bool,
+    found: LinearMatch | bool,
     parameters: tuple[bytes | None, ...] = (),
 ) -> str:
     if statement.comment_key is not None:
@@ -156,7 +168,7 @@ def effect_key(
             return statement.kind
         if builtin == "fingerprint":
             return statement.fingerprint()
-        if source == "group" and isinstance(found, re.Match):
+        if source == "group" and isinstance(found, LinearMatch):
             group = found.group(int(name) if name.isdigit() else name)
             return group if group is not None else ""
         if source == "param" and name.isdigit() and 0 < int(name) <= len(parameters):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sidecar.domain.model import (
@@ -136,6 +138,21 @@ class Store(ABC):
 
     @abstractmethod
     async def effects(self, task: str) -> list[Effect]: ...
+
+    @abstractmethod
+    async def effects_page(
+        self, task: str, after: tuple[datetime, str] | None, limit: int
+    ) -> list[Effect]:
+        """At most ``limit`` of the task's effects in :meth:`effects` order, those after
+        ``after`` (the ``(created_at, key)`` of the previous page's last effect)."""
+
+    @abstractmethod
+    async def checkpoints_page(self, task: str, after_seq: int, limit: int) -> list[Checkpoint]:
+        """At most ``limit`` of the task's checkpoints with a ``seq`` above ``after_seq``."""
+
+    @abstractmethod
+    async def effect_events_of(self, task: str, keys: Sequence[str]) -> list[EffectEvent]:
+        """The audit trail of just these effects of the task, oldest first."""
 
     @abstractmethod
     async def effect(self, task: str, key: str) -> Effect | None: ...

@@ -6,7 +6,7 @@ Same commands, same rules as the durable stores; nothing survives the process.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -142,6 +142,19 @@ class MemoryStore(Store):
     async def effects(self, task: str) -> list[Effect]:
         found = [e for e in self._state.effects.values() if e.task == task]
         return sorted(found, key=lambda e: (e.created_at, e.key))
+
+    async def effects_page(
+        self, task: str, after: tuple[datetime, str] | None, limit: int
+    ) -> list[Effect]:
+        found = await self.effects(task)
+        return [e for e in found if after is None or (e.created_at, e.key) > after][:limit]
+
+    async def checkpoints_page(self, task: str, after_seq: int, limit: int) -> list[Checkpoint]:
+        return [c for c in await self.checkpoints(task) if c.seq > after_seq][:limit]
+
+    async def effect_events_of(self, task: str, keys: Sequence[str]) -> list[EffectEvent]:
+        wanted = set(keys)
+        return [e for e in self._state.events if e.task == task and e.key in wanted]
 
     async def effect(self, task: str, key: str) -> Effect | None:
         return self._state.effect(task, key)

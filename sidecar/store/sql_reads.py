@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from sidecar.domain.model import Attempt, Checkpoint, Effect, EffectEvent, FenceRefusal, TaskView
@@ -73,6 +74,21 @@ class SQLReads(Store):
 
     async def effects(self, task: str) -> list[Effect]:
         return [rows.effect(r) for r in await self._fetch("task_effects", (task,))]
+
+    async def effects_page(
+        self, task: str, after: tuple[datetime, str] | None, limit: int
+    ) -> list[Effect]:
+        at, key = (rows.to_us(after[0]), after[1]) if after else (-1, "")
+        found = await self._fetch("task_effects_page", (task, at, at, key, limit))
+        return [rows.effect(r) for r in found]
+
+    async def checkpoints_page(self, task: str, after_seq: int, limit: int) -> list[Checkpoint]:
+        found = await self._fetch("task_checkpoints_page", (task, after_seq, limit))
+        return [rows.checkpoint(r) for r in found]
+
+    async def effect_events_of(self, task: str, keys: Sequence[str]) -> list[EffectEvent]:
+        pairs = self._effect_keys_param([(task, key) for key in keys])
+        return [rows.event(r) for r in await self._fetch("effect_events_of", pairs)]
 
     async def effect(self, task: str, key: str) -> Effect | None:
         found = await self._fetch("load_effects", self._effect_keys_param([(task, key)]))

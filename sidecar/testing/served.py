@@ -15,10 +15,11 @@ still had and lets the loop run the callbacks that close their sockets.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import ssl
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from aiohttp import web
@@ -100,3 +101,26 @@ class ThreadedApp:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
             self._loop.close()
+
+
+async def _serve_until_cancelled(app: web.Application, host: str, port: int, name: str) -> None:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    bound_host, bound_port = runner.addresses[0][:2]
+    print(f"{name} ready http://{bound_host}:{bound_port}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def serve_main(make_app: Callable[[], web.Application], name: str, description: str | None) -> None:
+    """``python -m MODULE [--listen HOST:PORT]``: serve ``make_app()`` until killed.
+
+    Prints ``NAME ready http://HOST:PORT`` once listening (port 0 picks a free one), the
+    line the tests wait for."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--listen", default="127.0.0.1:0")
+    host, _, port = parser.parse_args().listen.rpartition(":")
+    asyncio.run(_serve_until_cancelled(make_app(), host or "127.0.0.1", int(port), name))

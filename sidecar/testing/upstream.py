@@ -25,7 +25,6 @@ It keeps everything in memory; every counter is per process.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
@@ -33,6 +32,8 @@ import secrets
 from typing import Any
 
 from aiohttp import web
+
+from sidecar.testing.served import serve_main
 
 COUNTS = web.AppKey("counts", dict[str, int])
 STATE = web.AppKey("state", dict)
@@ -212,24 +213,8 @@ async def counts(request: web.Request) -> web.Response:
     )
 
 
-async def serve(host: str, port: int) -> None:
-    runner = web.AppRunner(make_app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    bound_host, bound_port = runner.addresses[0][:2]
-    print(f"upstream ready http://{bound_host}:{bound_port}", flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--listen", default="127.0.0.1:0")
-    args = parser.parse_args()
-    host, _, port = args.listen.rpartition(":")
-    asyncio.run(serve(host or "127.0.0.1", int(port)))
+    serve_main(make_app, "upstream", __doc__)
 
 
 if __name__ == "__main__":

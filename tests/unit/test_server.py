@@ -131,3 +131,25 @@ async def _poll_ready(http: aiohttp.ClientSession, url: str, timeout_s: float) -
             body = await answer.json(content_type=None)
         assert loop.time() < deadline, f"not ready after {timeout_s}s: {body}"
         await asyncio.sleep(0.1)
+
+
+async def test_a_proxy_listening_beyond_loopback_is_warned_about(tmp_path, caplog):
+    settings = config.load(
+        {"control_listen": "127.0.0.1:0", "proxy_listen": "0.0.0.0:0", "data_dir": tmp_path}
+    )
+    with caplog.at_level("WARNING", logger="sidecar.server"):
+        running = await server.start(settings)
+        await running.stop()
+    (warning,) = [r for r in caplog.records if "beyond loopback" in r.getMessage()]
+    assert "the proxy listens on 0.0.0.0:0" in warning.getMessage()
+    assert "--proxy-listen" in warning.getMessage()
+
+
+async def test_loopback_listeners_start_without_a_warning(tmp_path, caplog):
+    settings = config.load(
+        {"control_listen": "127.0.0.1:0", "proxy_listen": "127.0.0.1:0", "data_dir": tmp_path}
+    )
+    with caplog.at_level("WARNING", logger="sidecar.server"):
+        running = await server.start(settings)
+        await running.stop()
+    assert not [r for r in caplog.records if "beyond loopback" in r.getMessage()]

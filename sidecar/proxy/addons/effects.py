@@ -3,8 +3,9 @@
 ``requestheaders``: match the rules on the request line and headers (the body has not
 arrived).  Unmatched requests, and rules for reads or idempotent calls, are streamed
 through untouched and never buffered whole; a matched effect's body is buffered (it
-is needed for the key) up to its rule's ``max_body_bytes``, over which it gets a 413
-before the body is even read.
+is needed for the key) up to its rule's ``max_body_bytes``: a larger declared length gets
+a 413 before the body is read, a chunked body is cut off with a 413 once it passes the
+limit (:mod:`sidecar.proxy.body_limit`).
 
 ``request``: the body is here; resolve the binding, let the guard decide, and answer
 the agent ourselves - mitmproxy never forwards a guarded request.  Both hooks answer
@@ -23,8 +24,10 @@ from mitmproxy.utils.strutils import always_bytes
 from sidecar.errors import PayloadTooLarge, SidecarError, SidecarFault
 from sidecar.metrics import Metrics
 from sidecar.proxy.addons.binder import METADATA
+from sidecar.proxy.body_limit import BodyLimit, answer_before_body, limit_body
 from sidecar.proxy.exchange import AgentRequest, Answer, refusal
 from sidecar.proxy.guard import EffectGuard, fault
+from sidecar.proxy.redact import without_secrets
 from sidecar.rules import RuleMatch, RuleSet
 from sidecar.rules.matcher import HttpRequestFacts
 
@@ -79,9 +82,8 @@ class EffectAddon:
             log.exception("matching %s %s failed", flow.request.method, flow.request.pretty_url)
             flow.request.stream = False
             flow.metadata[GUARDED] = None
-            flow.response = to_response(
-                refusal(SidecarFault(f"matching the request failed: {unexpected!r}"))
-            )
+            failed = SidecarFault(f"matching the request failed: {unexpected!r}")
+            answer_before_body(flow, to_response(refusal(failed)))
 
     def _admit(self, flow: http.HTTPFlow) -> None:
         """Stream what no effect rule matches; mark and size-check what one does."""
@@ -94,13 +96,19 @@ class EffectAddon:
             flow.request.stream = True
             return
         flow.metadata[GUARDED] = match
+        rule = match.rule
+
+        def too_large(size: str) -> http.Response:
+            limit = f"rule {rule.name} records bodies up to {rule.max_body_bytes} bytes"
+            return to_response(refusal(PayloadTooLarge(f"{limit}; this one {size}")))
+
         declared = flow.request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > match.rule.max_body_bytes:
-            too_large = PayloadTooLarge(
-                f"rule {match.rule.name} records bodies up to {match.rule.max_body_bytes} "
-                f"bytes; this one declares {declared}"
-            )
-            flow.response = to_response(refusal(too_large))
+        if declared.isdigit() and int(declared) > rule.max_body_bytes:
+            answer_before_body(flow, too_large(f"declares {declared}"))
+            return
+        limit_body(
+            flow, BodyLimit(rule.max_body_bytes, lambda seen: too_large(f"was cut off at {seen}"))
+        )
 
     async def request(self, flow: http.HTTPFlow) -> None:
         # mitmproxy calls this hook even for a flow answered in requestheaders.
@@ -115,7 +123,9 @@ class EffectAddon:
 
     async def _guard(self, flow: http.HTTPFlow, match: RuleMatch) -> None:
         seen = flow.request
-        what = f"{seen.method} {seen.pretty_host}{seen.path} (rule {match.rule.name})"
+        # As the guard's audit lines name it: no query, no secret path parameters.
+        path = without_secrets(seen.path.partition("?")[0], match.secrets)
+        what = f"{seen.method} {seen.pretty_host}{path} (rule {match.rule.name})"
         try:
             binding = await self.guard.recorder.bind(flow.metadata.get(METADATA), what, "proxy")
         except SidecarError as error:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from mitmproxy import http
 
 from sidecar.problems import PROBLEM_JSON, problem_body
+from sidecar.proxy.body_limit import answer_before_body
 
 
 class ReadinessGate:
@@ -22,8 +23,9 @@ class ReadinessGate:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if not self.ready:
-            flow.response = http.Response.make(
+            starting = http.Response.make(
                 503,
                 problem_body(503, "starting", "Starting", "the sidecar is starting; retry shortly"),
                 {"Content-Type": PROBLEM_JSON, "Retry-After": "1", "X-Sidecar-Effect": "refused"},
             )
+            answer_before_body(flow, starting)

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from sidecar.domain.model import TaskView
-from sidecar.kube.containers import CONTROL_PORT, app_env
+from sidecar.kube.containers import CONTROL_PORT, TOKEN_DIR, app_env
 from sidecar.store import create_store
 from sidecar.testing.processes import Child
 
@@ -52,6 +52,7 @@ def documented_script() -> str:
     (script,) = container["args"]
     assert AGENT in script
     assert f"127.0.0.1:{CONTROL_PORT}/v1/shutdown" in script
+    assert f"{TOKEN_DIR}/token" in script, "the shutdown needs the control token"
     return str(script)
 
 
@@ -59,9 +60,12 @@ def test_the_documented_agent_command_stops_the_sidecar_and_keeps_the_agents_cod
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
+    token = tmp_path / "token"
+    token.write_text("s3cret-job-token\n")
     sidecar = Child.python(
         "sidecar", "serve", "--data-dir", str(data), "--task", "312", "--worker", "agent-312-x",
         "--control-listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0",
+        "--control-token-file", str(token),
         stderr_path=tmp_path / "sidecar.log",
     )  # fmt: skip
     with sidecar:
@@ -69,6 +73,7 @@ def test_the_documented_agent_command_stops_the_sidecar_and_keeps_the_agents_cod
         port, proxy = ready.group(1), ready.group(2)
         script = documented_script().replace(AGENT, f"{sys.executable} -c 'raise SystemExit(3)'")
         script = script.replace(f"127.0.0.1:{CONTROL_PORT}", f"127.0.0.1:{port}")
+        script = script.replace(f"{TOKEN_DIR}/token", str(token))
         env = {"PATH": os.environ["PATH"]}
         env |= {item["name"]: item["value"] for item in app_env(transparent=False)}
         env |= {name: proxy for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}

@@ -234,3 +234,42 @@ async def test_a_lone_surrogate_already_stored_reads_back_replaced(store):
     await store.append_checkpoint("312", a.attempt_id, a.generation, "S", {"note": "x\udc00y"})
     (checkpoint,) = await store.checkpoints("312")
     assert checkpoint.outputs == {"note": "x\ufffdy"}
+
+
+async def test_the_effect_log_reads_a_page_at_a_time_in_the_order_of_the_whole(store, clock):
+    a = await store.claim("312", "a", 30)
+    for n in range(7):
+        if n == 4:
+            clock.advance(1)  # three effects share a moment, then four share a later one
+        await store.record_pending(
+            "312",
+            f"key-{6 - n}",  # keys sort against the order of recording
+            a.attempt_id,
+            a.generation,
+            kind="http",
+            rule="r",
+            fingerprint="f",
+            idempotency_key=None,
+            request={},
+        )
+    whole = [e.key for e in await store.effects("312")]
+    pages, after = [], None
+    while True:
+        page = await store.effects_page("312", after, 3)
+        if not page:
+            break
+        pages.append([e.key for e in page])
+        after = (page[-1].created_at, page[-1].key)
+    assert [key for page in pages for key in page] == whole
+    assert [len(page) for page in pages] == [3, 3, 1]
+    trail = await store.effect_events_of("312", pages[0])
+    assert sorted({e.key for e in trail}) == sorted(pages[0])
+
+
+async def test_checkpoints_read_a_page_at_a_time(store):
+    a = await store.claim("312", "a", 30)
+    for n in range(5):
+        await store.append_checkpoint("312", a.attempt_id, a.generation, f"S{n}", {})
+    first = await store.checkpoints_page("312", 0, 2)
+    rest = await store.checkpoints_page("312", first[-1].seq, 10)
+    assert [c.stage for c in first + rest] == ["S0", "S1", "S2", "S3", "S4"]

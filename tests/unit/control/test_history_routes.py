@@ -114,3 +114,61 @@ async def test_effects_show_which_attempt_did_what(client, memory_store, clock):
     ]
     summary = await (await client.get("/v1/tasks/312")).json()
     assert summary["effects"]["completed"] == 1
+
+
+async def _record(store, task: str, attempt_id: str, key: str) -> None:
+    await store.record_pending(
+        task,
+        key,
+        attempt_id,
+        1,
+        kind="http",
+        rule="r",
+        fingerprint="f",
+        idempotency_key=None,
+        request={"method": "POST"},
+    )
+
+
+async def test_the_effect_log_is_answered_a_page_at_a_time(client, memory_store):
+    first = await claim(client)
+    keys = [f"k{n:03d}" for n in range(250)]
+    for key in keys:
+        await _record(memory_store, "312", first["attempt_id"], key)
+    seen, pages, cursor = [], 0, None
+    while True:
+        query = "" if cursor is None else f"?cursor={cursor}"
+        body = await (await client.get(f"/v1/tasks/312/effects{query}")).json()
+        pages += 1
+        seen += [e["key"] for e in body["effects"]]
+        assert all(e["events"][0]["event"] == "pending" for e in body["effects"])
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 3, "100 + 100 + 50"
+    assert seen == keys
+
+
+async def test_a_page_can_be_smaller(client, memory_store):
+    first = await claim(client)
+    for key in ("a", "b", "c"):
+        await _record(memory_store, "312", first["attempt_id"], key)
+    body = await (await client.get("/v1/tasks/312/effects?limit=2")).json()
+    assert [e["key"] for e in body["effects"]] == ["a", "b"]
+    rest = await (await client.get(f"/v1/tasks/312/effects?cursor={body['next_cursor']}")).json()
+    assert [e["key"] for e in rest["effects"]] == ["c"]
+    assert rest["next_cursor"] is None
+
+
+async def test_bad_page_parameters_are_400(client, memory_store):
+    await claim(client)
+    for query in ("limit=0", "limit=501", "limit=ten", "cursor=%%%", "cursor=bm90anNvbg"):
+        response = await client.get(f"/v1/tasks/312/effects?{query}")
+        await problem_of(response, 400, "invalid_request")
+    checkpoints = await (await client.get("/v1/tasks/312/checkpoints?limit=1")).json()
+    assert checkpoints["next_cursor"] is None
+    # A cursor of one list is refused by another, never read as a wrong position.
+    foreign = __import__("sidecar.control.pages", fromlist=["x"]).next_cursor("checkpoints", 1)
+    await problem_of(
+        await client.get(f"/v1/tasks/312/effects?cursor={foreign}"), 400, "invalid_request"
+    )

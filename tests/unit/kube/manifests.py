@@ -3,12 +3,15 @@
 ``assert_valid`` validates against Kubernetes' own JSON schemas (kubernetes-validate,
 strict: unknown fields refused) and adds what the schemas cannot say: container names
 unique across containers and initContainers, env names and mount paths unique per
-container, volume names unique, every volumeMount naming a volume.
+container, volume names unique, every volumeMount naming a volume. ``job_pod`` makes the
+pods a Job's controller would, and ``resolved_env`` resolves a container's variables as
+kubelet does, so a test can say which task each pod of a Job gets.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections import Counter
 from typing import Any
 
@@ -252,3 +255,125 @@ def assert_valid(manifest: dict[str, Any], versions: tuple[str, ...]) -> None:
         assert [p for p, k in paths.items() if k > 1] == [], f"{container['name']}: path twice"
         for mount in mounts:
             assert mount["name"] in set(volumes) | claims, f"no volume {mount['name']}"
+
+
+#: The Kubernetes documentation's Indexed Job ("Indexed Job for Parallel Processing with
+#: Static Work Assignment"), opted in: five completions, three pods at a time.
+INDEXED_JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: indexed-job
+  namespace: agents
+spec:
+  completions: 5
+  parallelism: 3
+  completionMode: Indexed
+  template:
+    metadata:
+      labels: {effect-sidecar.io/inject: "true"}
+    spec:
+      restartPolicy: Never
+      initContainers:
+        - name: input
+          image: docker.io/library/bash
+          command:
+            - bash
+            - -c
+            - |
+              items=(foo bar baz qux xyz)
+              echo ${items[$JOB_COMPLETION_INDEX]} > /input/data.txt
+          volumeMounts: [{mountPath: /input, name: input}]
+      containers:
+        - name: worker
+          image: docker.io/library/busybox
+          command: [rev, /input/data.txt]
+          volumeMounts: [{mountPath: /input, name: input}]
+      volumes:
+        - {name: input, emptyDir: {}}
+"""
+
+#: A work-queue Job: three pods at once, no completion indexes.
+PARALLEL_JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: queue-workers
+  namespace: agents
+spec:
+  parallelism: 3
+  template:
+    metadata:
+      labels: {effect-sidecar.io/inject: "true"}
+    spec:
+      restartPolicy: OnFailure
+      containers:
+        - name: worker
+          image: ghcr.io/acme/agent:1.4
+"""
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def job_pod(job: dict[str, Any], index: int | None = None) -> dict[str, Any]:
+    """The pod the Job controller makes from ``job``'s template: its name, the ``job-name``
+    labels, the completion index (annotation and, since 1.28, label), an owner reference,
+    and ``JOB_COMPLETION_INDEX`` on every container that does not set it."""
+    name = job["metadata"]["name"]
+    pod = copy.deepcopy(pod_template(job))
+    metadata = pod.setdefault("metadata", {})
+    metadata["name"] = f"{name}-{index}-x7k2p" if index is not None else f"{name}-x7k2p"
+    metadata["namespace"] = job["metadata"].get("namespace", "default")
+    metadata.setdefault("labels", {}).update(
+        {"job-name": name, "batch.kubernetes.io/job-name": name}
+    )
+    metadata["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": "u-1", "controller": True}
+    ]
+    if index is not None:
+        metadata.setdefault("annotations", {})[INDEX] = str(index)
+        metadata["labels"][INDEX] = str(index)
+        for container in containers(pod):
+            env = container.setdefault("env", [])
+            if not any(item["name"] == "JOB_COMPLETION_INDEX" for item in env):
+                env.append(
+                    {
+                        "name": "JOB_COMPLETION_INDEX",
+                        "valueFrom": {
+                            "fieldRef": {"fieldPath": f"metadata.annotations['{INDEX}']"}
+                        },
+                    }
+                )
+    return {"apiVersion": "v1", "kind": "Pod", **pod}
+
+
+_FIELD = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def _field(pod: dict[str, Any], path: str) -> str:
+    metadata = pod["metadata"]
+    if path in {"metadata.name", "metadata.namespace"}:
+        return str(metadata.get(path.split(".")[1], ""))
+    found = _FIELD.match(path)
+    assert found, f"fieldRef {path} is not one kubelet resolves"
+    return str((metadata.get(found[1]) or {}).get(found[2], ""))
+
+
+def resolved_env(pod: dict[str, Any], container: str) -> dict[str, str]:
+    """``container``'s variables as kubelet resolves them: a ``fieldRef`` from the pod's
+    metadata, a ``value`` with ``$(VAR)`` replaced by a variable defined before it (left
+    as written when there is none) and ``$$`` by ``$``; Secret references are left out."""
+    resolved: dict[str, str] = {}
+
+    def expand(found: re.Match[str]) -> str:
+        if found[0] == "$$":
+            return "$"
+        return resolved.get(found[1], found[0])
+
+    for item in named(pod, container).get("env") or []:
+        if "value" in item:
+            resolved[item["name"]] = _REFERENCE.sub(expand, item["value"])
+        elif "fieldRef" in item.get("valueFrom", {}):
+            resolved[item["name"]] = _field(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
+    return resolved

@@ -10,8 +10,8 @@ import pytest
 
 from sidecar.errors import InvalidInjection
 from sidecar.kube.config import InjectConfig
-from sidecar.kube.containers import BUNDLE
-from sidecar.kube.inject import JOB_END_WARNING, inject
+from sidecar.kube.containers import BUNDLE, TOKEN_DIR, TOKEN_VOLUME
+from sidecar.kube.inject import JOB_END_WARNING, inject, kept_trust_warning
 from sidecar.trust import TRUST_VARIABLES
 from tests.unit.kube.manifests import (
     AGENT_POD,
@@ -19,16 +19,20 @@ from tests.unit.kube.manifests import (
     CRONJOB,
     DEPLOYMENT,
     FALLBACK_VERSIONS,
+    INDEXED_JOB,
     JOB_PLAIN,
     JOB_WITH_INIT,
     NATIVE_VERSIONS,
+    PARALLEL_JOB,
     POD_WITH_OTHER_SIDECAR,
     STATEFULSET,
     assert_valid,
     env_of,
+    job_pod,
     load,
     named,
     pod_template,
+    resolved_env,
 )
 
 CONFIG = InjectConfig()
@@ -228,7 +232,11 @@ def test_a_job_in_the_fallback_shape_is_warned_how_it_will_end():
     pod["metadata"]["ownerReferences"] = [
         {"apiVersion": "batch/v1", "kind": "Job", "name": "agent-312", "uid": "u-1"}
     ]
-    assert inject(pod, "agents", fallback).warnings == (JOB_END_WARNING,)
+    assert JOB_END_WARNING in inject(pod, "agents", fallback).warnings
+    # The agent's containers get the token the shutdown needs, read-only.
+    agent = inject(load(JOB_PLAIN), "agents", fallback).manifest
+    mounts = [m for c in pod_template(agent)["spec"]["containers"][1:] for m in c["volumeMounts"]]
+    assert {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True} in mounts
     # Native sidecars end with the agent; other workloads do not end at all.
     assert inject(load(JOB_PLAIN), "agents", CONFIG).warnings == ()
     assert inject(load(DEPLOYMENT), "agents", fallback).warnings == ()
@@ -327,7 +335,8 @@ def test_the_input_manifest_is_not_modified():
          "not opted in"),
         (lambda m: m["metadata"]["annotations"].update({"effect-sidecar.io/inject": "false"}),
          "agents", "not opted in"),
-        (lambda m: m["spec"].update({"hostNetwork": True}), "agents", "hostNetwork pod"),
+        (lambda m: m["metadata"]["annotations"].pop("effect-sidecar.io/inject")
+         and m["spec"].update({"hostNetwork": True}), "agents", "not opted in"),
         (lambda m: None, "kube-system", "namespace kube-system is skipped"),
         (lambda m: None, "kube-public", "namespace kube-public is skipped"),
         (lambda m: None, "kube-node-lease", "namespace kube-node-lease is skipped"),
@@ -386,6 +395,7 @@ def test_a_volume_name_clash_is_an_error():
         ("pg-upstream", "postgresql://db:99999", "bad port"),
         ("rules-configmap", "My_Rules", "'My_Rules' is not a valid object name"),
         ("task", " ", "the task id is empty"),
+        ("allow-host-network", "yes", 'effect-sidecar.io/allow-host-network: expected "true"'),
     ],
 )
 def test_a_bad_annotation_is_an_error_naming_it_and_its_value(annotation, value, message):
@@ -531,3 +541,228 @@ def test_a_pod_volume_named_like_the_ca_volume_is_an_error_with_a_ca_secret():
     assert inject(copy.deepcopy(manifest), "agents", CONFIG).injected
     with pytest.raises(InvalidInjection, match="effect-sidecar-ca"):
         inject(manifest, "agents", InjectConfig(ca_secret="team-ca"))
+
+
+# --- malformed manifests: refused naming the field, never a crash -------------------------
+
+
+def _pod_with(change) -> dict:
+    pod = load(AGENT_POD)
+    change(pod)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda p: p["spec"].update(containers={"agent": {"image": "x"}}),
+         "spec.containers: expected a list, got an object"),
+        (lambda p: p["spec"]["containers"].append(None),
+         "spec.containers[1]: expected an object (a container), got null"),
+        (lambda p: p["spec"]["containers"][0].update(env="SSL_CERT_FILE=/x"),
+         "spec.containers[0].env: expected a list, got a string"),
+        (lambda p: p["spec"]["containers"][0].update(env=[{"value": "x"}]),
+         "spec.containers[0].env[0].name: expected a string, got nothing"),
+        (lambda p: p["spec"]["containers"][0].update(volumeMounts=[{"mountPath": 5}]),
+         "spec.containers[0].volumeMounts[0].mountPath: expected a string, got a number"),
+        (lambda p: p["spec"]["containers"][0].pop("name"),
+         "spec.containers[0].name: expected a string, got nothing"),
+        (lambda p: p["spec"].update(initContainers="clone"),
+         "spec.initContainers: expected a list, got a string"),
+        (lambda p: p["spec"].update(volumes=[["workspace"]]),
+         "spec.volumes[0]: expected an object (a volume), got a list"),
+        (lambda p: p["spec"].update(securityContext=[]),
+         "spec.securityContext: expected an object, got a list"),
+        (lambda p: p["spec"].update(hostNetwork="false"),
+         "spec.hostNetwork: expected true or false, got a string"),
+        (lambda p: p["metadata"].update(annotations=["effect-sidecar.io/inject=true"]),
+         "metadata.annotations: expected an object, got a list"),
+        (lambda p: p["metadata"]["annotations"].update({"effect-sidecar.io/task": None}),
+         "metadata.annotations['effect-sidecar.io/task']: expected a string, got null"),
+        (lambda p: p["metadata"].update(ownerReferences={"kind": "Job"}),
+         "metadata.ownerReferences: expected a list, got an object"),
+        (lambda p: p.update(spec=["agent"]), "spec: expected an object (a pod spec), got a list"),
+    ],
+)  # fmt: skip
+def test_a_malformed_pod_is_refused_naming_the_field_and_what_it_holds(change, message):
+    with pytest.raises(InvalidInjection) as caught:
+        inject(_pod_with(change), "agents", CONFIG)
+    assert message in caught.value.detail
+
+
+def test_a_malformed_template_is_named_by_its_path_in_the_workload():
+    deployment = load(DEPLOYMENT)
+    deployment["spec"]["template"]["spec"]["containers"][1] = None
+    with pytest.raises(InvalidInjection, match=r"spec\.template\.spec\.containers\[1\]: expected"):
+        inject(deployment, "bots", CONFIG)
+    cronjob = load(CRONJOB)
+    cronjob["spec"]["jobTemplate"]["spec"]["template"] = "bumper"
+    with pytest.raises(InvalidInjection, match=r"spec\.jobTemplate\.spec\.template: expected an"):
+        inject(cronjob, "agents", CONFIG)
+    indexed = load(INDEXED_JOB)
+    indexed["spec"]["parallelism"] = "3"
+    with pytest.raises(InvalidInjection, match=r"spec\.parallelism: expected an integer"):
+        inject(indexed, "agents", CONFIG)
+
+
+def test_a_pod_that_does_not_opt_in_is_not_read_beyond_its_labels_and_annotations():
+    pod = load(AGENT_POD)
+    del pod["metadata"]["annotations"]["effect-sidecar.io/inject"]
+    pod["spec"]["containers"] = {"agent": None}  # the API server's to refuse, not ours
+    outcome = inject(pod, "agents", CONFIG)
+    assert (outcome.injected, outcome.reason) == (False, "not opted in")
+
+
+def nested(depth: int) -> object:
+    value: object = "bottom"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [150, 5_000])
+def test_a_manifest_nested_deeper_than_any_kubernetes_object_is_refused(depth):
+    pod = load(AGENT_POD)
+    pod["spec"]["containers"][0]["args"] = [nested(depth)]
+    with pytest.raises(InvalidInjection, match="nested more than 100 levels deep"):
+        inject(pod, "agents", CONFIG)
+
+
+# --- hostNetwork: refused unless the pod says to admit it unprotected -----------------------
+
+
+def test_a_host_network_pod_that_opted_in_is_refused_naming_the_opt_out():
+    pod = load(AGENT_POD)
+    pod["spec"]["hostNetwork"] = True
+    with pytest.raises(InvalidInjection) as caught:
+        inject(pod, "agents", CONFIG)
+    detail = caught.value.detail
+    assert "hostNetwork" in detail
+    assert "whole node's traffic" in detail
+    assert 'effect-sidecar.io/allow-host-network: "true"' in detail
+    assert caught.value.annotation == "effect-sidecar.io/allow-host-network"
+
+
+def test_allow_host_network_admits_the_pod_unprotected_with_a_warning():
+    pod = load(AGENT_POD)
+    pod["spec"]["hostNetwork"] = True
+    pod["metadata"]["annotations"]["effect-sidecar.io/allow-host-network"] = "true"
+    outcome = inject(pod, "agents", CONFIG)
+    assert (outcome.injected, outcome.manifest) == (False, pod)
+    assert outcome.reason == "hostNetwork pod admitted unprotected"
+    (warning,) = outcome.warnings
+    assert "WITHOUT the sidecar" in warning
+    assert len(warning) <= 256
+
+
+def test_a_host_network_pod_in_a_skipped_namespace_is_still_never_refused():
+    pod = load(AGENT_POD)
+    pod["spec"]["hostNetwork"] = True
+    assert inject(pod, "kube-system", CONFIG).reason == "namespace kube-system is skipped"
+
+
+# --- Jobs with several pods: one task per completion index ----------------------------------
+
+
+def test_each_completion_index_of_an_indexed_job_gets_its_own_task():
+    job = injected(INDEXED_JOB)
+    assert_valid(job, NATIVE_VERSIONS)
+    tasks = [
+        resolved_env(job_pod(job, index), "effect-sidecar")["SIDECAR_TASK"] for index in range(5)
+    ]
+    assert tasks == [f"indexed-job-{index}" for index in range(5)]
+    assert status(job)["taskIndex"] == (
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
+    # the app keeps the index the Job controller gives every container
+    worker = resolved_env(job_pod(job, 3), "worker")
+    assert worker["JOB_COMPLETION_INDEX"] == "3"
+
+
+def test_an_indexed_cronjob_and_an_annotated_task_get_one_task_per_index_too():
+    cronjob = load(CRONJOB)
+    job_spec = cronjob["spec"]["jobTemplate"]["spec"]
+    job_spec.update(completions=2, parallelism=2, completionMode="Indexed")
+    job_spec["template"]["metadata"]["annotations"]["effect-sidecar.io/task"] = "bump"
+    manifest = inject(cronjob, "agents", CONFIG).manifest
+    assert_valid(manifest, FALLBACK_VERSIONS)
+    job = {"kind": "Job", "metadata": {"name": "dependency-bumper-29111"},
+           **manifest["spec"]["jobTemplate"]}  # fmt: skip
+    tasks = [resolved_env(job_pod(job, i), "effect-sidecar")["SIDECAR_TASK"] for i in (0, 1)]
+    assert tasks == ["bump-0", "bump-1"]
+
+
+def test_a_pod_of_an_indexed_job_seen_by_the_webhook_gets_its_indexs_task():
+    for index in (0, 4):
+        pod = job_pod(load(INDEXED_JOB), index)  # made from the template as it was written
+        manifest = inject(pod, "agents", CONFIG).manifest
+        assert_valid(manifest, NATIVE_VERSIONS)
+        assert resolved_env(manifest, "effect-sidecar")["SIDECAR_TASK"] == f"indexed-job-{index}"
+
+
+def test_a_job_without_indexes_keeps_one_task_for_its_pods():
+    job = injected(JOB_PLAIN)
+    assert resolved_env(job_pod(job), "effect-sidecar")["SIDECAR_TASK"] == "nightly-report"
+    assert "taskIndex" not in status(job)
+
+
+@pytest.mark.parametrize(
+    ("change", "warned"),
+    [
+        (lambda spec: None, True),  # parallelism: 3, no completions: a work queue
+        (lambda spec: spec.update(parallelism=1, completions=5), True),
+        (lambda spec: spec.update(completionMode="NonIndexed", completions=6), True),
+        (lambda spec: spec.update(parallelism=1), False),
+        (lambda spec: spec.update(completions=3, completionMode="Indexed"), False),
+    ],
+)  # fmt: skip
+def test_a_job_running_several_pods_without_indexes_is_warned_they_share_one_task(change, warned):
+    job = load(PARALLEL_JOB)
+    change(job["spec"])
+    outcome = inject(job, "agents", CONFIG)
+    assert outcome.injected
+    shared = [w for w in outcome.warnings if "share one task and one lease" in w]
+    assert len(shared) == (1 if warned else 0)
+    for warning in shared:
+        assert "completionMode: Indexed" in warning
+        assert len(warning) <= 256, "the API server may cut longer warnings"
+
+
+# --- CA variables the app sets itself: kept, and warned about -------------------------------
+
+
+def test_an_app_that_sets_its_own_ca_variable_is_warned_naming_container_and_variable():
+    outcome = inject(load(AGENT_POD), "agents", CONFIG)
+    (warning,) = outcome.warnings
+    assert "container 'agent'" in warning
+    assert "REQUESTS_CA_BUNDLE" in warning
+    assert len(warning) <= 256
+    other = inject(load(POD_WITH_OTHER_SIDECAR), "agents", CONFIG).warnings
+    assert [w for w in other if "SSL_CERT_FILE" in w and "'agent'" in w] == list(other)
+
+
+def test_one_warning_per_kept_ca_variable_and_none_for_the_sidecars_own_bundle():
+    pod = load(AGENT_POD)
+    pod["spec"]["containers"][0]["env"] += [
+        {"name": "NODE_EXTRA_CA_CERTS", "value": "/etc/ssl/corp.pem"},
+        {"name": "CURL_CA_BUNDLE", "value": BUNDLE},  # already the sidecar's bundle
+        {"name": "HTTPS_PROXY", "value": "http://corp-proxy:3128"},  # not a CA variable
+    ]
+    warnings = inject(pod, "agents", CONFIG).warnings
+    assert [w.split(" sets ")[1].split()[0] for w in warnings] == [
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+    ]
+    longest = kept_trust_warning("a" * 63, "NODE_EXTRA_CA_CERTS")  # 63: a container name's max
+    assert len(longest) <= 256, "the API server may cut longer warnings"
+
+
+def test_null_lists_and_objects_are_read_as_empty_ones():
+    pod = load(AGENT_POD)
+    pod["metadata"]["labels"] = None
+    agent = pod["spec"]["containers"][0]
+    agent.update(env=None, volumeMounts=None, securityContext=None)
+    pod["spec"].update(volumes=None, initContainers=None)
+    manifest = inject(pod, "agents", CONFIG).manifest
+    assert env_of(named(manifest, "agent"))["SSL_CERT_FILE"] == BUNDLE
+    assert [m["name"] for m in named(manifest, "agent")["volumeMounts"]] == ["effect-sidecar-trust"]

@@ -139,12 +139,12 @@ def test_a_bad_path_template_points_at_the_path(tmp_path):
       - name: a
         match:
           host: api.x.com
-          path: /v1/{id}.json
+          path: /v1/{id}{ext}
         effect: read
     """
     assert only_problem(tmp_path, text) == (
-        "rules.yaml:5: rules[0].match.path: invalid path template '/v1/{id}.json': "
-        "a parameter must be a whole segment, not '{id}.json'"
+        "rules.yaml:5: rules[0].match.path: invalid path template '/v1/{id}{ext}': "
+        "'{id}{ext}': at most one {name} per segment, braces balanced"
     )
 
 
@@ -314,3 +314,20 @@ def test_merge_keys_through_aliases_still_work(tmp_path):
         """
     found = load_rules([write(tmp_path, "rules.yaml", text)])
     assert [rule.name for rule in found] == ["first", "second"]
+
+
+def test_an_unknown_secret_parameter_is_refused_at_its_line(tmp_path):
+    text = """\
+    rules:
+      - name: telegram.send
+        match: {host: api.telegram.org, method: POST, path: "/bot{token}/sendMessage"}
+        effect: non_idempotent
+        redact:
+          params:
+            - token
+            - chat
+    """
+    assert only_problem(tmp_path, text) == (
+        "rules.yaml:8: rules[0].redact.params[1]: "
+        "'chat' is not a parameter of match.path (it has: token)"
+    )

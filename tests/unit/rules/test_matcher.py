@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from sidecar.rules import HttpRequestFacts, Rule, RuleSet
@@ -145,6 +147,39 @@ def test_a_key_whose_value_is_missing_falls_back_to_the_body_hash():
     without = facts(body=b"{}")
     assert rules.effect_key(rules.match(with_id), with_id) == "ord-7"
     assert rules.effect_key(rules.match(without), without).startswith("order:POST /v1/charges#")
+
+
+def webhook(key=None):
+    fields = {
+        "name": "hook",
+        "match": {"host": "hooks.example.com", "path": "/services/{team}/{secret}"},
+        "effect": "non_idempotent",
+        "redact": {"params": ["secret"]},
+    }
+    return RuleSet([Rule.model_validate(fields | ({"key": key} if key else {}))])
+
+
+def hook_key(rules, secret, body=b'{"text": "hi"}'):
+    request = facts(url=f"https://hooks.example.com/services/T1/{secret}", body=body)
+    found = rules.match(request)
+    assert found.secrets == (secret,)
+    return rules.effect_key(found, request)
+
+
+@pytest.mark.parametrize("key", [None, "{team}:{secret}", "{path}"])
+def test_a_secret_parameter_is_in_the_effect_key_only_as_a_hash(key):
+    rules = webhook(key)
+    one, two = hook_key(rules, "XXXX-secret-1"), hook_key(rules, "XXXX-secret-2")
+    assert "XXXX" not in one + two
+    assert "[redacted:" in one
+    assert one != two  # two secrets: two effects
+    assert hook_key(rules, "XXXX-secret-1") == one  # the same: one effect, every attempt
+
+
+def test_the_default_key_with_a_secret_keeps_the_rest_of_the_path():
+    key = hook_key(webhook(), "XXXX")
+    digest = hashlib.sha256(b"XXXX").hexdigest()[:16]
+    assert key.startswith(f"hook:POST /services/T1/[redacted:{digest}]#")
 
 
 @pytest.mark.parametrize(

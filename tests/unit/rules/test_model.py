@@ -122,6 +122,7 @@ def test_a_probe_is_only_used_with_on_unknown_probe():
         ("probe", PROBE),
         ("idempotency_header", "Idempotency-Key"),
         ("checkpoint", {"stage": "S"}),
+        ("redact", {"params": ["owner"]}),
     ],
 )
 def test_write_only_settings_are_refused_on_reads(effect, field, value):
@@ -167,3 +168,37 @@ def test_a_rule_file_is_rules_and_an_optional_version():
         RuleFile.model_validate({"version": 2, "rules": []})
     with pytest.raises(ValidationError):
         RuleFile.model_validate({"rule": []})
+
+
+def test_redact_names_secret_path_parameters_and_answer_fields():
+    made = rule(redact={"params": ["repo"], "response": ["client_secret", "credentials.password"]})
+    assert made.redact.params == ("repo",)
+    assert made.redact.response == (("client_secret",), ("credentials", "password"))
+    assert Rule.model_validate(made.model_dump()) == made
+    assert made.model_dump(mode="json")["redact"]["response"] == [
+        "client_secret",
+        "credentials.password",
+    ]
+    assert rule().redact.params == ()
+
+
+def test_a_secret_must_be_a_parameter_of_the_path():
+    field, message = problem(redact={"params": ["owner", "tokn"]})
+    assert field == ("redact", "params", 1)
+    assert message == "'tokn' is not a parameter of match.path (it has: owner, repo)"
+
+
+@pytest.mark.parametrize("bad", ["", "a..b", ".a", 7])
+def test_answer_fields_are_names_or_dotted_paths(bad):
+    with pytest.raises(ValidationError, match="field name"):
+        rule(redact={"response": [bad]})
+
+
+def test_redact_does_not_apply_to_sql_or_git_pushes():
+    sql = {"name": "s", "match": {"sql": {"kind": "ALTER"}}, "effect": "non_idempotent"}
+    with pytest.raises(ValidationError, match="'redact' is for HTTP rules"):
+        Rule.model_validate(sql | {"redact": {"response": ["x"]}})
+    git = {"protocol": "git-receive-pack", "redact": {"params": ["repo"]}}
+    field, message = problem(**git)
+    assert field == ("redact",)
+    assert "does not apply to git pushes" in message

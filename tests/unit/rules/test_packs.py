@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.rulepacks import default_rule_paths
 from sidecar.rules import EffectKind, HttpRequestFacts, load_rules
 
 PACKS = Path(__file__).resolve().parents[3] / "rules"
@@ -20,6 +21,7 @@ def test_the_packs_are_there():
         "generic.yaml",
         "github.yaml",
         "postgres.yaml",
+        "webhooks.yaml",
     } <= names
 
 
@@ -90,3 +92,50 @@ def test_generic_notifications_are_non_idempotent_and_block_when_unknown():
     assert rules.effect_key(found, facts) == "pagerduty:trigger:disk/312"
     read, _ = match(rules, "GET", "https://api.twilio.com/2010-04-01/Accounts/AC1/Messages.json")
     assert read.rule.effect is EffectKind.READ
+
+
+@pytest.mark.parametrize(
+    ("url", "rule", "secret"),
+    [
+        (
+            "https://hooks.slack.com/services/T0001/B0001/XXXXsecretXXXX",
+            "slack.webhook.post",
+            "XXXXsecretXXXX",
+        ),
+        (
+            "https://discord.com/api/webhooks/1234/tok-XXXXsecret",
+            "discord.webhook.execute",
+            "tok-XXXXsecret",
+        ),
+        (
+            "https://discord.com/api/v10/webhooks/1234/tok-XXXXsecret",
+            "discord.webhook.execute.versioned",
+            "tok-XXXXsecret",
+        ),
+        (
+            "https://api.telegram.org/bot123:AAXXXXsecret/sendMessage",
+            "telegram.bot.send",
+            "123:AAXXXXsecret",
+        ),
+    ],
+)
+def test_webhook_urls_carry_secrets_that_the_packs_mark(url, rule, secret):
+    rules = load_rules([PACKS / "webhooks.yaml"])
+    found, facts = match(rules, "POST", url, body=b'{"text": "deployed"}')
+    assert found.rule.name == rule
+    assert found.rule.effect is EffectKind.NON_IDEMPOTENT
+    assert found.rule.on_unknown == "block"
+    assert found.secrets == (secret,)
+    assert "XXXX" not in rules.effect_key(found, facts)
+
+
+def test_telegram_reads_are_not_effects():
+    rules = load_rules([PACKS / "webhooks.yaml"])
+    for method in ("getUpdates", "getMe"):
+        assert match(rules, "POST", f"https://api.telegram.org/bot1:A/{method}")[0] is None
+    sent, _ = match(rules, "GET", "https://api.telegram.org/bot1:A/sendPhoto?chat_id=1")
+    assert sent.rule.name == "telegram.bot.send"
+
+
+def test_the_webhook_pack_loads_by_default():
+    assert PACKS / "webhooks.yaml" in default_rule_paths()

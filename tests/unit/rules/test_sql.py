@@ -21,8 +21,9 @@ def rules_from(tmp_path: Path, text: str):
 
 
 def rule_for(sql: str) -> str | None:
+    """The rule that makes ``sql`` an effect, or None when it passes through."""
     found = POSTGRES.match_sql(Statement.of(sql))
-    return found.rule.name if found else None
+    return found.rule.name if found and found.rule.effect is EffectKind.NON_IDEMPOTENT else None
 
 
 # ---- statements --------------------------------------------------------------------

@@ -148,6 +148,12 @@ def test_a_probe_url_without_query_is_just_a_path():
         ),
         ("/v1/{resource*}", "/v1/charges/ch_1/capture", {"resource": "charges/ch_1/capture"}),
         ("/v1/{resource*}", "/v1/charges/", {"resource": "charges"}),
+        (
+            "/bot{token}/send{what}",
+            "/bot12:AB-c/sendMessage",
+            {"token": "12:AB-c", "what": "Message"},
+        ),
+        ("/v1/{id}.json", "/v1/7.json", {"id": "7"}),
         ("/v1/charges", "/v1/charges", {}),
         ("/", "/", {}),
     ],
@@ -166,6 +172,8 @@ def test_path_templates_match_and_capture(template, path, params):
         ("/v1/charges", "/v1/charges/x"),
         ("/v1/{resource*}", "/v1/"),
         ("/", "/x"),
+        ("/bot{token}/sendMessage", "/bot/sendMessage"),  # text around it: still not empty
+        ("/v1/{id}.json", "/v1/7.xml"),
     ],
 )
 def test_path_templates_refuse_what_they_do_not_describe(template, path):
@@ -178,8 +186,9 @@ def test_path_templates_refuse_what_they_do_not_describe(template, path):
         ("v1/charges", "must start with '/'"),
         ("/v1/charges?x=1", "no query"),
         ("/v1//charges", "empty segment"),
-        ("/v1/{id}.json", "whole segment"),
-        ("/v1/{id", "whole segment"),
+        ("/v1/{id}{ext}", "at most one {name} per segment"),
+        ("/v1/{id", "braces balanced"),
+        ("/v1/x{rest*}", "must be a whole segment"),
         ("/v1/{1d}", "not a parameter name"),
         ("/{a}/{a}", "appears twice"),
         ("/{a*}/x/{b*}", "only one"),

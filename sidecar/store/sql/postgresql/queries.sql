@@ -125,6 +125,26 @@ FROM effects WHERE task = %s ORDER BY created_at, key COLLATE "C";
 SELECT task, key, event, attempt_id, generation, at, detail
 FROM effect_events WHERE task = %s ORDER BY id;
 
+-- name: task_effects_page
+-- A page of task_effects: those after (created_at, key), at most LIMIT of them.
+SELECT task, key, state, kind, rule, origin_attempt_id, attempt_id, generation, fingerprint,
+       idempotency_key, request, response_status, response_headers, response_body, detail,
+       created_at, updated_at
+FROM effects
+WHERE task = %s AND (created_at > %s OR (created_at = %s AND key COLLATE "C" > %s))
+ORDER BY created_at, key COLLATE "C" LIMIT %s;
+
+-- name: task_checkpoints_page
+SELECT task, seq, stage, attempt_id, generation, outputs, created_at
+FROM checkpoints WHERE task = %s AND seq > %s ORDER BY seq LIMIT %s;
+
+-- name: effect_events_of
+-- The audit trail of the given (task, key) pairs, oldest first.
+SELECT ev.task, ev.key, ev.event, ev.attempt_id, ev.generation, ev.at, ev.detail
+FROM unnest(%s::text[], %s::text[]) AS wanted (task, key)
+JOIN effect_events AS ev ON ev.task = wanted.task AND ev.key = wanted.key
+ORDER BY ev.id;
+
 -- name: task_refusals
 SELECT task, operation, attempt_id, generation, current_generation, at, reason
 FROM fence_refusals WHERE task = %s ORDER BY id;

@@ -126,6 +126,27 @@ FROM effects WHERE task = ? ORDER BY created_at, key;
 SELECT task, key, event, attempt_id, generation, at, detail
 FROM effect_events WHERE task = ? ORDER BY id;
 
+-- name: task_effects_page
+-- A page of task_effects: those after (created_at, key), at most LIMIT of them.
+SELECT task, key, state, kind, rule, origin_attempt_id, attempt_id, generation, fingerprint,
+       idempotency_key, request, response_status, response_headers, response_body, detail,
+       created_at, updated_at
+FROM effects
+WHERE task = ? AND (created_at > ? OR (created_at = ? AND key > ?))
+ORDER BY created_at, key LIMIT ?;
+
+-- name: task_checkpoints_page
+SELECT task, seq, stage, attempt_id, generation, outputs, created_at
+FROM checkpoints WHERE task = ? AND seq > ? ORDER BY seq LIMIT ?;
+
+-- name: effect_events_of
+-- The audit trail of the given (task, key) pairs, oldest first.
+SELECT ev.task, ev.key, ev.event, ev.attempt_id, ev.generation, ev.at, ev.detail
+FROM json_each(?) AS wanted
+JOIN effect_events AS ev
+  ON ev.task = json_extract(wanted.value, '$[0]') AND ev.key = json_extract(wanted.value, '$[1]')
+ORDER BY ev.id;
+
 -- name: task_refusals
 SELECT task, operation, attempt_id, generation, current_generation, at, reason
 FROM fence_refusals WHERE task = ? ORDER BY id;

@@ -67,6 +67,8 @@ CREATE TABLE effects (
     PRIMARY KEY (task, key)
 ) STRICT;
 
+CREATE INDEX effects_by_task_time ON effects (task, created_at, key);
+
 CREATE TABLE effect_events (
     id          INTEGER PRIMARY KEY,
     task        TEXT NOT NULL,
@@ -80,6 +82,7 @@ CREATE TABLE effect_events (
 ) STRICT;
 
 CREATE INDEX effect_events_by_task ON effect_events (task, id);
+CREATE INDEX effect_events_by_key ON effect_events (task, key, id);
 
 -- Writes refused for a stale generation: evidence that fencing is active.
 CREATE TABLE fence_refusals (
