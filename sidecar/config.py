@@ -11,7 +11,7 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_origin
+from typing import Any, Literal, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -83,6 +83,17 @@ class Settings(BaseModel):
         default=None, description="postgresql://HOST:PORT[?sslmode=require]; enables the relay"
     )
     store_retry_s: float = Field(default=2.0, ge=0)
+    notify: str | None = Field(
+        default=None,
+        description="http(s) URL that gets a JSON POST when a human is needed (effect_blocked, "
+        "stale_write_refused, lease_taken_over)",
+        pattern=r"^https?://\S+$",  # pydantic's Rust regex: $ is the very end
+    )
+    uncovered_writes: Literal["log", "record", "deny"] = Field(
+        default="log",
+        description="Writes no rule matches: log (once per host, method and path shape), "
+        "record (also in the bound task's effect log) or deny (403 uncovered_write).",
+    )
 
     @field_validator("mode")
     @classmethod

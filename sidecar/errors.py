@@ -21,6 +21,8 @@ translated into :class:`StoreUnavailable` at the store boundary and nowhere else
     │   ├── StaleGeneration    a write whose (attempt, generation) is not the task's current one
     │   ├── EffectExists       a second ``pending`` for a key the task already logged
     │   ├── EffectUnknown      an effect's outcome cannot be determined (needs a human)
+    │   ├── EffectAbandoned    a human abandoned the effect: later attempts are refused
+    │   ├── NotWaitingForAHuman  a resolution of an effect that is not (yet) a human's
     │   └── InvalidTransition  an effect state change the state machine forbids
     ├── Unavailable            try again later (503)
     │   ├── StoreUnavailable   the store cannot durably record right now (fail closed)
@@ -265,6 +267,50 @@ class EffectUnknown(Conflict):
 
     def extensions(self) -> dict[str, Any]:
         return {"task": self.task, "effect_key": self.key}
+
+
+class EffectAbandoned(Conflict):
+    """A human abandoned this effect: it is not sent, now or by any later attempt."""
+
+    code = "effect_abandoned"
+    title = "Effect abandoned by a human"
+
+    def __init__(self, task: str, key: str, by: str, note: str) -> None:
+        self.task = task
+        self.key = key
+        self.by = by
+        self.note = note
+        super().__init__(
+            f"task {task}: effect {key!r} was abandoned by {by} ({note}); it is not sent "
+            "again - change the agent, or start the task afresh"
+        )
+
+    def extensions(self) -> dict[str, Any]:
+        return {"task": self.task, "effect_key": self.key, "abandoned_by": self.by,
+                "note": self.note}  # fmt: skip
+
+
+class NotWaitingForAHuman(Conflict):
+    """The effect is not waiting for a human: it is settled already, or an attempt could
+    still land it (then ``retry_after_s`` says when to ask again, if it is known)."""
+
+    code = "not_waiting_for_a_human"
+    title = "Effect not waiting for a human"
+
+    def __init__(
+        self, task: str, key: str, state: str, detail: str, *, retry_after_s: float | None = None
+    ) -> None:
+        self.task = task
+        self.key = key
+        self.state = state
+        self.retry_after_s = retry_after_s
+        super().__init__(detail)
+
+    def extensions(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"task": self.task, "effect_key": self.key, "state": self.state}
+        if self.retry_after_s is not None:
+            found["retry_after_s"] = self.retry_after_s
+        return found
 
 
 class Unavailable(SidecarError):

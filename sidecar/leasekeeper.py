@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from sidecar.clock import Clock, SystemClock
+from sidecar.domain.model import AgentExit, Checkpoint
 from sidecar.errors import (
     InvalidRequest,
     LeaseHeld,
@@ -30,6 +31,9 @@ from sidecar.store import Store
 
 log = logging.getLogger("sidecar.lease")
 
+#: longest pause between two claims while waiting for another worker's lease.
+WAIT_PAUSE_S = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class Held:
@@ -37,12 +41,14 @@ class Held:
     attempt_id: str
     generation: int
     expires_at: datetime
+    #: the task's last checkpoint when the claim was granted (where the attempt resumes).
+    last_checkpoint: Checkpoint | None = None
 
 
 class LeaseAPI(Protocol):
     async def claim(self, task: str, worker: str, ttl_s: float) -> Held: ...
     async def heartbeat(self, held: Held, ttl_s: float) -> Held: ...
-    async def release(self, held: Held) -> None: ...
+    async def release(self, held: Held, end: AgentExit | None = None) -> None: ...
 
 
 class StoreLeases:
@@ -53,15 +59,15 @@ class StoreLeases:
 
     async def claim(self, task: str, worker: str, ttl_s: float) -> Held:
         c = await self.store.claim(task, worker, ttl_s)
-        return Held(task, c.attempt_id, c.generation, c.lease_expires_at)
+        return Held(task, c.attempt_id, c.generation, c.lease_expires_at, c.last_checkpoint)
 
     async def heartbeat(self, held: Held, ttl_s: float) -> Held:
         state = await self.store.heartbeat(held.task, held.attempt_id, held.generation, ttl_s)
         assert state.lease is not None  # a successful heartbeat always leaves a lease
         return Held(held.task, held.attempt_id, held.generation, state.lease.expires_at)
 
-    async def release(self, held: Held) -> None:
-        await self.store.release(held.task, held.attempt_id, held.generation)
+    async def release(self, held: Held, end: AgentExit | None = None) -> None:
+        await self.store.release(held.task, held.attempt_id, held.generation, end)
 
 
 class ControlLeases:
@@ -86,11 +92,23 @@ class ControlLeases:
 
     async def claim(self, task: str, worker: str, ttl_s: float) -> Held:
         data = await self._post(task, "claim", {"worker": worker, "ttl_s": ttl_s})
+        last = data.get("last_checkpoint")
         return Held(
             task,
             data["attempt_id"],
             data["generation"],
             datetime.fromisoformat(data["lease_expires_at"]),
+            None
+            if last is None
+            else Checkpoint(
+                task=task,
+                seq=last["seq"],
+                stage=last["stage"],
+                attempt_id=last["attempt_id"],
+                generation=last["generation"],
+                outputs=last["outputs"],
+                created_at=datetime.fromisoformat(last["created_at"]),
+            ),
         )
 
     async def heartbeat(self, held: Held, ttl_s: float) -> Held:
@@ -99,9 +117,16 @@ class ControlLeases:
         expires = datetime.fromisoformat(data["lease"]["expires_at"])
         return Held(held.task, held.attempt_id, held.generation, expires)
 
-    async def release(self, held: Held) -> None:
-        token = {"attempt_id": held.attempt_id, "generation": held.generation}
-        await self._post(held.task, "release", token)
+    async def release(self, held: Held, end: AgentExit | None = None) -> None:
+        body: dict[str, Any] = {"attempt_id": held.attempt_id, "generation": held.generation}
+        if end is not None:
+            said: dict[str, Any] = {"exit_code": end.exit_code, "signal": end.signal}
+            if end.error is not None:
+                said["error"] = end.error
+            if end.lease_lost:
+                said["lease_lost"] = True
+            body["end"] = {k: v for k, v in said.items() if v is not None}
+        await self._post(held.task, "release", body)
 
 
 def _problem_to_error(data: dict[str, Any], status: int) -> SidecarError:
@@ -153,8 +178,13 @@ class LeaseKeeper:
         self.held: Held | None = None
         self.lost: StaleGeneration | None = None
 
-    async def acquire(self, wait_s: float = 0.0) -> Held:
-        """Claim; while another worker holds the lease, retry until ``wait_s`` has passed."""
+    async def acquire(
+        self, wait_s: float = 0.0, on_wait: Callable[[LeaseHeld, float], None] | None = None
+    ) -> Held:
+        """Claim; while another worker holds the lease, retry until ``wait_s`` has passed.
+
+        ``on_wait(held, seconds_left)`` is called before each pause (pauses last at most
+        ``WAIT_PAUSE_S``), so a caller can say who it waits for and until when."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while True:
@@ -164,8 +194,10 @@ class LeaseKeeper:
                 left = deadline - loop.time()
                 if left <= 0:
                     raise
+                if on_wait is not None:
+                    on_wait(held, left)
                 until_free = (held.expires_at - self.clock.now()).total_seconds()
-                pause = min(left, max(0.1, until_free + 0.05), 5.0)
+                pause = min(left, max(0.1, until_free + 0.05), WAIT_PAUSE_S)
                 log.info(
                     "waiting %.1fs for the lease of %s",
                     pause,
@@ -210,10 +242,16 @@ class LeaseKeeper:
                 # meanwhile the proxy self-fences as the lease runs out.
                 log.warning("heartbeat failed: %s", error.detail, extra={"task": self.task})
 
-    async def release(self) -> None:
-        if self.held is None or self.lost is not None:
+    async def release(self, end: AgentExit | None = None) -> None:
+        """Give the lease up, saying how the agent ended if ``end`` is given.  After the
+        lease was lost there is nothing to give up, but ``end`` is still reported: the
+        store keeps it with the attempt and refuses the release itself as stale."""
+        if self.held is None or (self.lost is not None and end is None):
             return
         try:
-            await self.api.release(self.held)
+            await self.api.release(self.held, end)
+        except StaleGeneration as fenced:
+            if self.lost is None:
+                log.warning("release refused: %s", fenced.detail, extra={"task": self.task})
         except SidecarError as error:
             log.warning("release failed: %s", error.detail, extra={"task": self.task})

@@ -2,7 +2,34 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+#: Distinct hosts a host-labelled metric names before the rest are counted as ``other``.
+HOST_LABELS = 100
+OTHER = "other"
+
+
+class BoundedLabels:
+    """A label whose values come from outside (host names): the first ``cap`` distinct
+    values are kept, every later one is ``other``, so an agent calling many hosts cannot
+    grow the metrics without bound."""
+
+    def __init__(self, cap: int = HOST_LABELS) -> None:
+        self.cap = cap
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        with self._lock:
+            if value in self._seen:
+                return value
+            if len(self._seen) < self.cap:
+                self._seen.add(value)
+                return value
+        return OTHER
+
 
 _LATENCY_BUCKETS = (
     0.0005,
@@ -70,6 +97,45 @@ class Metrics:
         self.passthrough = Counter(
             "sidecar_passthrough_requests",
             "Requests relayed untouched (no rule, or a read/idempotent rule).",
+            registry=self.registry,
+        )
+        self.uncovered_writes = Counter(
+            "sidecar_uncovered_writes",
+            "POST/PUT/PATCH/DELETE requests no rule matched, by host (the first 100, then "
+            "'other') and method.",
+            ["host", "method"],
+            registry=self.registry,
+        )
+        self.uncovered_hosts = BoundedLabels()
+        self.tunnelled_connections = Counter(
+            "sidecar_tunnelled_connections",
+            "Connections relayed as raw bytes (no rule or route names their host), by the "
+            "CONNECT/SNI host (the first 100, then 'other').",
+            ["host"],
+            registry=self.registry,
+        )
+        self.tunnelled_hosts = BoundedLabels()
+        self.refusals = Counter(
+            "sidecar_refusals",
+            "Requests and statements the sidecar refused, by problem code (effect_unknown: "
+            "waits for a human; stale_generation, store_unavailable, task_unbound, ...).",
+            ["code"],
+            registry=self.registry,
+        )
+        self.notifications = Counter(
+            "sidecar_notifications",
+            "Events for --notify by outcome (delivered, failed, dropped).",
+            ["event", "outcome"],
+            registry=self.registry,
+        )
+        self.effects_awaiting_human = Gauge(
+            "sidecar_effects_awaiting_human",
+            "Effects whose outcome is unknown (read from the store at each scrape).",
+            registry=self.registry,
+        )
+        self.live_leases = Gauge(
+            "sidecar_live_leases",
+            "Tasks whose lease is live (read from the store at each scrape).",
             registry=self.registry,
         )
 

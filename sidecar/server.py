@@ -32,13 +32,22 @@ from sidecar.control.keys import ProxyInfo
 from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
 from sidecar.leasekeeper import LeaseKeeper, StoreLeases
 from sidecar.metrics import Metrics
+from sidecar.notify import Notifier
 from sidecar.pgwire.codec import BackendReader, FrontendReader
 from sidecar.pgwire.exactly_once import PgEffects
 from sidecar.pgwire.mirror import Mirrors
 from sidecar.pgwire.relay import Relay
 from sidecar.pgwire.relay import Upstream as PgUpstream
 from sidecar.pgwire.session import run_session
-from sidecar.proxy.addons import EffectAddon, ReadinessGate, Router, TaskBinder
+from sidecar.proxy.addons import (
+    EffectAddon,
+    ReadinessGate,
+    Router,
+    TaskBinder,
+    TunnelCounter,
+    UncoveredMode,
+    UncoveredWrites,
+)
 from sidecar.proxy.ca import ensure_authority
 from sidecar.proxy.embed import EmbeddedProxy, interception_hosts
 from sidecar.proxy.guard import EffectGuard
@@ -162,6 +171,19 @@ def _warn_of_open_listeners(settings: Settings) -> None:
             )
 
 
+async def _observe(
+    store: Store, bindings: Bindings, metrics: Metrics, settings: Settings, stops: list[Stop]
+) -> Notifier:
+    """Count, log and announce every store write; the notifier the guard announces to."""
+    notifier = Notifier(settings.notify, metrics, source=settings.worker)
+    await notifier.start()
+    stops.append(notifier.stop)
+    store.observer = CompositeObserver(
+        MetricsObserver(metrics, announce=notifier.announce), bindings
+    )
+    return notifier
+
+
 async def start(settings: Settings) -> Running:
     control_host, _ = parse_listen(settings.control_listen)
     proxy_host, proxy_port = parse_listen(settings.proxy_listen)
@@ -180,7 +202,7 @@ async def start(settings: Settings) -> Running:
     mirrors = Mirrors()  # the PostgreSQL relay's connections, waited for before releases
     try:
         bindings = Bindings(store, clock, margin_s=settings.self_fence_margin_s)
-        store.observer = CompositeObserver(MetricsObserver(metrics), bindings)
+        notifier = await _observe(store, bindings, metrics, settings, stops)
         authority = ensure_authority(
             settings.data_dir.expanduser(),
             settings.ca_from.expanduser() if settings.ca_from else None,
@@ -190,7 +212,14 @@ async def start(settings: Settings) -> Running:
         await upstream.start()
         stops.append(upstream.close)
         guard = EffectGuard(
-            store, rules, bindings, upstream, clock, metrics, store_retry_s=settings.store_retry_s
+            store,
+            rules,
+            bindings,
+            upstream,
+            clock,
+            metrics,
+            store_retry_s=settings.store_retry_s,
+            announce=notifier.announce,
         )
         gate = ReadinessGate()
         proxy = EmbeddedProxy(
@@ -202,7 +231,11 @@ async def start(settings: Settings) -> Running:
                 gate,
                 TaskBinder(settings.task),
                 EffectAddon(rules, guard, metrics),
+                UncoveredWrites(
+                    UncoveredMode(settings.uncovered_writes), rules, metrics, guard.recorder
+                ),
                 Router(routes),
+                TunnelCounter(metrics),
             ],
             allow_hosts=interception_hosts(rules, routes),
             upstream_ca=settings.upstream_ca,
@@ -226,6 +259,7 @@ async def start(settings: Settings) -> Running:
             proxy=info,
             readiness=readiness,
             shutdown=stop_requested.set,
+            rules=rules,
             before_release=lambda task, attempt_id: _settle_attempt(
                 guard, mirrors, task, attempt_id
             ),

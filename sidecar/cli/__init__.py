@@ -7,11 +7,22 @@ returns the process exit code.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 import sidecar
-from sidecar.cli import demo, emulate, inject, inspect, redirect, rules, serve, webhook
+from sidecar.cli import (
+    demo,
+    emulate,
+    inject,
+    inspect,
+    redirect,
+    resolve,
+    rules,
+    serve,
+    webhook,
+)
 from sidecar.cli import exec as exec_
 from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
 
@@ -32,7 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:2] == ["effects", "resolve"]:
+        # `effects TASK` keeps its positional; `effects resolve ...` is a verb of its own
+        # (a task named "resolve": `sidecar effects -- resolve`).
+        args = resolve.build_parser().parse_args(words[2:])
+    else:
+        args = build_parser().parse_args(words)
     try:
         code: int = args.run(args)
     except ConfigError as error:
@@ -46,4 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `sidecar tasks | head`: the reader has what it wanted. Point stdout at /dev/null
+        # so that the interpreter's last flush does not fail on the closed pipe too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code

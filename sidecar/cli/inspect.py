@@ -1,7 +1,12 @@
-"""``sidecar tasks`` and ``sidecar effects``: what the store holds, as tables or JSON.
+"""``sidecar tasks`` and ``sidecar effects``: what a sidecar knows, as tables or JSON.
 
-They read the store directly (read-only), so they work while the sidecar runs and after
-it died, which is when an operator needs them most.
+They read the store directly (read-only: they work while the sidecar runs and after it
+died, which is when an operator needs them most) or, with ``--control URL``, a running
+sidecar's control API (in Kubernetes: a port-forward, no ``kubectl exec``).  Both sources
+give the control API's shapes (:mod:`sidecar.control.schemas`), so the tables and
+``--json`` are the same whichever was read.  Lists are read a page at a time and stop at
+``--limit``; tables fit ``COLUMNS`` (or the terminal), shortening long cells in the
+middle so the distinguishing end of a path stays.
 """
 
 from __future__ import annotations
@@ -10,27 +15,44 @@ import argparse
 import asyncio
 import json
 from collections import defaultdict
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+from urllib.parse import quote
 
 from sidecar.cli import tables
+from sidecar.cli.control_client import ControlClient, add_control_options
 from sidecar.cli.options import add_store_options, settings
 from sidecar.clock import SystemClock
-from sidecar.control.schemas import EffectOut, TaskOut
-from sidecar.domain.model import Effect, EffectEvent, TaskView
+from sidecar.control.schemas import (
+    CheckpointOut,
+    EffectOut,
+    EffectPage,
+    TaskOut,
+    TaskPage,
+    TaskSummary,
+)
+from sidecar.domain.model import EffectEvent
 from sidecar.errors import NotFound
 from sidecar.store import Store, create_store
+from sidecar.store.base import TASK_STATES, TaskFilter
+
+PAGE = 500
+DEFAULT_LIMIT = 1000
 
 
 def register(verbs: Any) -> None:
     tasks = verbs.add_parser(
         "tasks",
         help="list tasks, or show one task's lease, attempts and checkpoints",
-        description="Without TASK: one line per task. With TASK: its lease, every attempt, "
-        "the checkpoint history and any writes refused by fencing.",
+        description="Without TASK: one line per task, newest first. With TASK: its lease, "
+        "every attempt and how it ended, the checkpoint history and any writes refused by "
+        "fencing.",
     )
     tasks.add_argument("task", nargs="?", metavar="TASK")
-    add_store_options(tasks)
-    tasks.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    tasks.add_argument("--state", choices=TASK_STATES, help="only tasks in this state")
+    tasks.add_argument("--worker", help="only tasks whose lease is this worker's")
+    _common(tasks)
     tasks.set_defaults(run=lambda a: asyncio.run(_tasks(a)))
 
     effects = verbs.add_parser(
@@ -38,213 +60,261 @@ def register(verbs: Any) -> None:
         help="show a task's effect log and its audit trail",
         description="Every effect of TASK with its state and the attempt that caused it, "
         "then the audit trail (recorded, completed, replayed, probed, ...) in order.",
+        epilog="To settle an effect that waits for a human: sidecar effects resolve TASK "
+        "EFFECT_KEY --as completed|failed|abandoned [--status N --header K:V --body JSON] "
+        "--note TEXT (see `sidecar effects resolve --help`; a task named resolve: "
+        "`sidecar effects -- resolve`).",
     )
     effects.add_argument("task", metavar="TASK")
-    add_store_options(effects)
-    effects.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    _common(effects)
     effects.set_defaults(run=lambda a: asyncio.run(_effects(a)))
 
 
-async def _open(args: argparse.Namespace) -> Store:
+def _common(parser: argparse.ArgumentParser) -> None:
+    add_store_options(parser)
+    add_control_options(parser)
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"show at most N lines of a list (default {DEFAULT_LIMIT})",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+class Source(Protocol):
+    """Where the verbs read: a store, or a running sidecar's control API."""
+
+    async def tasks(self, where: TaskFilter, limit: int) -> tuple[list[TaskSummary], bool]: ...
+
+    async def task(self, task: str) -> tuple[TaskOut, list[CheckpointOut]]: ...
+
+    async def effects(self, task: str, limit: int) -> tuple[list[EffectOut], bool]: ...
+
+
+class StoreSource:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def tasks(self, where: TaskFilter, limit: int) -> tuple[list[TaskSummary], bool]:
+        now = SystemClock().now()
+        views = await self.store.tasks_page(where, None, limit + 1, now)
+        return [TaskSummary.of(v, now) for v in views[:limit]], len(views) > limit
+
+    async def task(self, task: str) -> tuple[TaskOut, list[CheckpointOut]]:
+        view = await self.store.task_view(task)
+        if view is None:
+            raise NotFound(f"task {task} has never been claimed")
+        refusals = await self.store.refusals(task)
+        checkpoints = await self.store.checkpoints(task)
+        out = TaskOut.of(view, refusals, SystemClock().now())
+        return out, [CheckpointOut.of(c) for c in checkpoints]
+
+    async def effects(self, task: str, limit: int) -> tuple[list[EffectOut], bool]:
+        if await self.store.task_view(task) is None:
+            raise NotFound(f"task {task} has never been claimed")
+        found = await self.store.effects_page(task, None, limit + 1)
+        page = found[:limit]
+        trail: dict[str, list[EffectEvent]] = defaultdict(list)
+        for event in await self.store.effect_events_of([(task, e.key) for e in page]):
+            trail[event.key].append(event)
+        return [EffectOut.of(e, trail[e.key]) for e in page], len(found) > limit
+
+
+class ControlSource:
+    def __init__(self, control: ControlClient) -> None:
+        self.control = control
+
+    async def _pages(
+        self, path: str, key: str, query: dict[str, str], limit: int
+    ) -> tuple[list[Any], bool]:
+        """Up to ``limit`` items of list route ``path`` (answer member ``key``), following
+        its cursor; and whether there were more."""
+        items: list[Any] = []
+        cursor = None
+        while True:
+            asked = query | {"limit": str(min(PAGE, limit - len(items) + 1))}
+            found = await self.control.get(path, asked | ({"cursor": cursor} if cursor else {}))
+            items += found[key]
+            cursor = found["next_cursor"]
+            if cursor is None or len(items) > limit:
+                return items[:limit], len(items) > limit or cursor is not None
+
+    async def tasks(self, where: TaskFilter, limit: int) -> tuple[list[TaskSummary], bool]:
+        query = {k: v for k, v in (("state", where.state), ("worker", where.worker)) if v}
+        found, more = await self._pages("/v1/tasks", "tasks", query, limit)
+        return TaskPage.model_validate({"tasks": found, "next_cursor": None}).tasks, more
+
+    async def task(self, task: str) -> tuple[TaskOut, list[CheckpointOut]]:
+        path = f"/v1/tasks/{quote(task, safe='')}"
+        out = TaskOut.model_validate(await self.control.get(path))
+        checkpoints, _ = await self._pages(f"{path}/checkpoints", "checkpoints", {}, 1 << 30)
+        return out, [CheckpointOut.model_validate(c) for c in checkpoints]
+
+    async def effects(self, task: str, limit: int) -> tuple[list[EffectOut], bool]:
+        path = f"/v1/tasks/{quote(task, safe='')}/effects"
+        found, more = await self._pages(path, "effects", {}, limit)
+        return EffectPage.model_validate({"effects": found, "next_cursor": None}).effects, more
+
+
+@asynccontextmanager
+async def _source(args: argparse.Namespace) -> AsyncIterator[Source]:
+    if args.control:
+        async with ControlClient(args.control, args.control_token_file) as control:
+            yield ControlSource(control)
+        return
     store = create_store(settings(args).store_url, read_only=True)
     await store.open()
-    return store
+    try:
+        yield StoreSource(store)
+    finally:
+        await store.close()
 
 
-def _lease_text(view: TaskView) -> str:
-    lease = view.state.lease
+def _dump(models: Sequence[Any]) -> str:
+    return json.dumps([m.model_dump(mode="json") for m in models])
+
+
+async def _tasks(args: argparse.Namespace) -> int:
+    async with _source(args) as source:
+        if args.task is None:
+            listed, more = await source.tasks(TaskFilter(args.state, args.worker), args.limit)
+        else:
+            task, checkpoints = await source.task(args.task)
+    if args.task is None:
+        if args.json:
+            print(_dump(listed))
+        else:
+            lines = [_task_line(t) for t in listed]
+            print(tables.render(_TASK_HEADERS, lines, flexible=_TASK_FLEXIBLE))
+            _more(more, args.limit)
+        return 0
+    if args.json:
+        out = task.model_dump(mode="json")
+        out["checkpoints"] = [c.model_dump(mode="json") for c in checkpoints]
+        print(json.dumps(out))
+        return 0
+    _print_task(task, checkpoints)
+    return 0
+
+
+_TASK_HEADERS = ["TASK", "STATE", "GEN", "WORKER", "ATTEMPT", "LEASE", "LAST STAGE", "EFFECTS"]
+_TASK_FLEXIBLE = {"TASK", "WORKER", "ATTEMPT", "LAST STAGE", "EFFECTS"}
+
+
+def _lease_text(lease: Any) -> str:
     if lease is None:
         return "-"
     if lease.released_at is not None:
         return f"released {tables.cell(lease.released_at)}"
-    verb = "live until" if lease.is_live(SystemClock().now()) else "expired"
+    verb = "live until" if lease.live else "expired"
     return f"{verb} {tables.cell(lease.expires_at)}"
 
 
-async def _tasks(args: argparse.Namespace) -> int:
-    store = await _open(args)
-    try:
-        if args.task is None:
-            views = await store.list_tasks()
-            if args.json:
-                now = SystemClock().now()
-                print(json.dumps([TaskOut.of(v, [], now).model_dump(mode="json") for v in views]))
-                return 0
-            print(
-                tables.render(
-                    ["TASK", "GEN", "WORKER", "ATTEMPT", "LEASE", "LAST STAGE", "EFFECTS"],
-                    [_task_line(v) for v in views],
-                )
-            )
-            return 0
-        view = await store.task_view(args.task)
-        if view is None:
-            raise NotFound(f"task {args.task} has never been claimed")
-        refusals = await store.refusals(args.task)
-        checkpoints = await store.checkpoints(args.task)
-    finally:
-        await store.close()
-    if args.json:
-        out = TaskOut.of(view, refusals, SystemClock().now()).model_dump(mode="json")
-        out["checkpoints"] = [
-            {
-                "seq": c.seq,
-                "stage": c.stage,
-                "attempt_id": c.attempt_id,
-                "generation": c.generation,
-                "created_at": c.created_at.isoformat(),
-                "outputs": c.outputs,
-            }
-            for c in checkpoints
-        ]
-        print(json.dumps(out))
-        return 0
-    lease = view.state.lease
-    print(f"task {view.state.task}  generation {view.state.generation}")
-    if lease is not None:
-        print(
-            f"lease: {lease.worker} / {lease.attempt_id} (gen {lease.generation}), "
-            f"{_lease_text(view)}"
-        )
-    print("\nattempts")
-    print(
-        tables.render(
-            ["GEN", "ATTEMPT", "WORKER", "CLAIMED", "ENDED", "HOW"],
-            [
-                (
-                    a.generation,
-                    a.attempt_id,
-                    a.worker,
-                    a.claimed_at,
-                    a.ended_at,
-                    a.end_reason.value
-                    if a.end_reason
-                    else (
-                        "current"
-                        if lease and lease.attempt_id == a.attempt_id and lease.released_at is None
-                        else None
-                    ),
-                )
-                for a in view.attempts
-            ],
-        )
-    )
-    print("\ncheckpoints")
-    print(
-        tables.render(
-            ["SEQ", "STAGE", "GEN", "ATTEMPT", "AT", "OUTPUTS"],
-            [
-                (
-                    c.seq,
-                    c.stage,
-                    c.generation,
-                    c.attempt_id,
-                    c.created_at,
-                    json.dumps(c.outputs, separators=(",", ":"))[:60],
-                )
-                for c in checkpoints
-            ],
-        )
-    )
-    if refusals:
-        print("\nrefused writes (fencing)")
-        print(
-            tables.render(
-                ["AT", "OPERATION", "ATTEMPT", "GEN", "CURRENT", "REASON"],
-                [
-                    (r.at, r.operation, r.attempt_id, r.generation, r.current_generation, r.reason)
-                    for r in refusals
-                ],
-            )
-        )
-    return 0
-
-
-def _task_line(view: TaskView) -> tuple[object, ...]:
-    lease = view.state.lease
-    counts = " ".join(f"{k}={v}" for k, v in sorted(view.effect_counts.items())) or "-"
+def _task_line(t: TaskSummary) -> tuple[object, ...]:
+    counts = " ".join(f"{k}={v}" for k, v in sorted(t.effects.items()) if v) or "-"
+    state = f"{t.state}, {t.waiting_for_human} waiting" if t.waiting_for_human else t.state
     return (
-        view.state.task,
-        view.state.generation,
-        lease.worker if lease else None,
-        lease.attempt_id if lease else None,
-        _lease_text(view),
-        view.last_checkpoint.stage if view.last_checkpoint else None,
+        t.task,
+        state,
+        t.generation,
+        t.lease.worker if t.lease else None,
+        t.lease.attempt_id if t.lease else None,
+        _lease_text(t.lease),
+        t.last_checkpoint.stage if t.last_checkpoint else None,
         counts,
     )
 
 
+def _print_task(task: TaskOut, checkpoints: list[CheckpointOut]) -> None:
+    lease = task.lease
+    print(f"task {task.task}  generation {task.generation}")
+    if lease is not None:
+        print(
+            f"lease: {lease.worker} / {lease.attempt_id} (gen {lease.generation}), "
+            f"{_lease_text(lease)}"
+        )
+    print("\nattempts")
+    attempts = [
+        (a.generation, a.attempt_id, a.worker, a.claimed_at, a.ended_at, a.how)
+        for a in task.attempts
+    ]
+    headers = ["GEN", "ATTEMPT", "WORKER", "CLAIMED", "ENDED", "HOW"]
+    print(tables.render(headers, attempts, flexible={"WORKER"}))
+    print("\ncheckpoints")
+    lines = [
+        (c.seq, c.stage, c.generation, c.attempt_id, c.created_at, _compact(c.outputs))
+        for c in checkpoints
+    ]
+    headers = ["SEQ", "STAGE", "GEN", "ATTEMPT", "AT", "OUTPUTS"]
+    print(tables.render(headers, lines, flexible={"STAGE", "OUTPUTS"}))
+    if task.refused_writes:
+        print("\nrefused writes (fencing)")
+        refused = [
+            (r.at, r.operation, r.attempt_id, r.generation, r.current_generation, r.reason)
+            for r in task.refused_writes
+        ]
+        print(tables.render(["AT", "OPERATION", "ATTEMPT", "GEN", "CURRENT", "REASON"], refused))
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 async def _effects(args: argparse.Namespace) -> int:
-    store = await _open(args)
-    try:
-        if await store.task_view(args.task) is None:
-            raise NotFound(f"task {args.task} has never been claimed")
-        effects = await store.effects(args.task)
-        events = await store.effect_events(args.task)
-    finally:
-        await store.close()
-    trail: dict[str, list[EffectEvent]] = defaultdict(list)
-    for event in events:
-        trail[event.key].append(event)
+    async with _source(args) as source:
+        effects, more = await source.effects(args.task, args.limit)
     if args.json:
-        print(json.dumps([EffectOut.of(e, trail[e.key]).model_dump(mode="json") for e in effects]))
+        print(_dump(effects))
         return 0
     if not effects:
         print(f"task {args.task}: no effects recorded")
         return 0
     print(f"effects of task {args.task}")
-    print(
-        tables.render(
-            [
-                "KEY",
-                "STATE",
-                "RULE",
-                "WHAT",
-                "FIRST ATTEMPT",
-                "LAST ATTEMPT",
-                "GEN",
-                "ANSWER",
-                "UPDATED",
-            ],
-            [
-                (
-                    e.key,
-                    e.state.value,
-                    e.rule,
-                    _what(e),
-                    e.origin_attempt_id,
-                    e.attempt_id,
-                    e.generation,
-                    _answer(e),
-                    e.updated_at,
-                )
-                for e in effects
-            ],
+    headers = ["KEY", "STATE", "RULE", "WHAT", "FIRST ATTEMPT", "LAST ATTEMPT", "GEN", "ANSWER"]
+    rows = [
+        (
+            e.key,
+            e.state,
+            e.rule,
+            _what(e),
+            e.origin_attempt_id,
+            e.attempt_id,
+            e.generation,
+            _answer(e),
         )
-    )
+        for e in effects
+    ]
+    print(tables.render(headers, rows, flexible={"KEY", "RULE", "WHAT"}))
+    _more(more, args.limit)
+    events = sorted(((ev, e.key) for e in effects for ev in e.events), key=lambda pair: pair[0].at)
     print("\naudit trail")
     print(
         tables.render(
             ["AT", "KEY", "EVENT", "ATTEMPT", "GEN", "DETAIL"],
-            [(ev.at, ev.key, ev.event, ev.attempt_id, ev.generation, ev.detail) for ev in events],
+            [(ev.at, key, ev.event, ev.attempt_id, ev.generation, ev.detail) for ev, key in events],
+            flexible={"KEY", "DETAIL"},
         )
     )
     return 0
 
 
-def _what(effect: Effect, width: int = 44) -> str:
-    """The request or statement an effect is, shortened to fit a table cell."""
-    request = effect.request if isinstance(effect.request, dict) else {}
+def _what(effect: EffectOut) -> str:
+    """The request or statement an effect is."""
+    request = effect.request
     if effect.kind == "sql":
-        text = str(request.get("statement", ""))
-    else:
-        text = f"{request.get('method', '')} {request.get('url', '')}".strip()
-    return text if len(text) <= width else text[: width - 3] + "..."
+        return str(request.get("statement", ""))
+    return f"{request.get('method', '')} {request.get('url', '')}".strip()
 
 
-def _answer(effect: Effect) -> str | int | None:
+def _answer(effect: EffectOut) -> str | int | None:
     """HTTP status, or for SQL the command tag the statement answered."""
     if effect.response is None:
         return None
-    tag = dict(effect.response.headers).get("x-command-tag")
-    return tag or effect.response.status
+    return effect.response.command_tag or effect.response.status
+
+
+def _more(more: bool, limit: int) -> None:
+    if more:
+        print(f"(the first {limit}; --limit N for more, --json for all fields)")

@@ -92,6 +92,19 @@ def register(verbs: Any) -> None:
         help="how long an effect record is retried while the store is unavailable before "
         "the request is refused with 503 store_unavailable (default 2)",
     )
+    parser.add_argument(
+        "--uncovered-writes",
+        choices=["log", "record", "deny"],
+        help="POST/PUT/PATCH/DELETE no rule matches: log (default: once per host, method and "
+        "path shape, counted in sidecar_uncovered_writes_total), record (also as effects "
+        "of kind 'uncovered' of the bound task) or deny (403 uncovered_write)",
+    )
+    parser.add_argument(
+        "--notify",
+        metavar="URL",
+        help="POST a JSON event to URL when a human is needed: effect_blocked, "
+        "stale_write_refused, lease_taken_over (retried, queued up to 1,000)",
+    )
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
 
@@ -115,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         store_retry_s=args.store_retry_s,
         pg_listen=args.pg_listen,
         pg_upstream=args.pg_upstream,
+        uncovered_writes=args.uncovered_writes,
+        notify=args.notify,
     )
     logs.configure(chosen.log_level)
     # The whole sidecar, imported only when it runs: other verbs start faster.

@@ -8,7 +8,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from sidecar.clock import Clock, SystemClock
-from sidecar.control import history, ops, tasks
+from sidecar.control import history, listings, ops, settle, tasks
 from sidecar.control.auth import bearer_middleware
 from sidecar.control.keys import (
     BEFORE_RELEASE,
@@ -16,6 +16,7 @@ from sidecar.control.keys import (
     METRICS,
     PROXY,
     READINESS,
+    RULES,
     SHUTDOWN,
     STORE,
     ProxyInfo,
@@ -23,11 +24,12 @@ from sidecar.control.keys import (
 from sidecar.control.problems import problem_middleware
 from sidecar.metrics import Metrics
 from sidecar.readiness import Readiness
+from sidecar.rules import RuleSet
 from sidecar.store import Store
 
 # 1 MiB of JSON is far more than any checkpoint should carry; larger bodies get a 413.
 MAX_BODY_BYTES = 1024 * 1024
-APIS = (tasks.api, history.api, ops.api)
+APIS = (tasks.api, listings.api, history.api, settle.api, ops.api)
 
 
 def make_app(
@@ -40,6 +42,7 @@ def make_app(
     readiness: Readiness | None = None,
     shutdown: Callable[[], None] | None = None,
     before_release: Callable[[str, str], Awaitable[None]] | None = None,
+    rules: RuleSet | None = None,
 ) -> web.Application:
     """The control app over an *open* store (its owner opens and closes it); ``/readyz``
     also waits for ``readiness``'s conditions, ``POST /v1/shutdown`` calls ``shutdown``."""
@@ -57,6 +60,8 @@ def make_app(
         app[SHUTDOWN] = shutdown
     if before_release is not None:
         app[BEFORE_RELEASE] = before_release
+    if rules is not None:
+        app[RULES] = rules
     app[ops.ENDPOINTS] = tuple(e for api in APIS for e in api.endpoints)
     for api in APIS:
         app.add_routes(api.routes)

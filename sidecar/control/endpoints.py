@@ -64,7 +64,7 @@ class Api:
             self.endpoints.append(
                 Endpoint(
                     method=method.lower(),
-                    path=path,
+                    path=re.sub(r"{(\w+):[^}]+}", r"{\1}", path),  # documented: no regex
                     summary=summary,
                     handler_name=handler.__name__,
                     body=body,

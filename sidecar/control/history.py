@@ -146,6 +146,6 @@ async def list_effects(request: web.Request) -> web.Response:
     found = await store.effects_page(task, after, asked.limit + 1)
     if not found and after is None:
         await _known(store, task)
-    events = await store.effect_events_of(task, [e.key for e in found[: asked.limit]])
+    events = await store.effect_events_of([(task, e.key) for e in found[: asked.limit]])
     body = await asyncio.to_thread(_page_of_effects, task, found, events, asked.limit)
     return _json(body)

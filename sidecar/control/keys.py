@@ -10,6 +10,7 @@ from aiohttp import web
 from sidecar.clock import Clock
 from sidecar.metrics import Metrics
 from sidecar.readiness import Readiness
+from sidecar.rules import RuleSet
 from sidecar.store import Store
 
 STORE = web.AppKey("store", Store)
@@ -36,3 +37,5 @@ class ProxyInfo:
 
 
 PROXY = web.AppKey("proxy", ProxyInfo)
+#: The sidecar's rules: how long a request of an effect may still land (resolutions).
+RULES = web.AppKey("rules", RuleSet)

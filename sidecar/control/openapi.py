@@ -22,6 +22,7 @@ _PROBLEM_STATUS = {
     "not_found": 404,
     "lease_held": 409,
     "stale_generation": 409,
+    "not_waiting_for_a_human": 409,
     "store_unavailable": 503,
     "not_ready": 503,
 }
@@ -54,7 +55,9 @@ def build(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
                     "name": name,
                     "in": "path",
                     "required": True,
-                    "schema": {"type": "string", "pattern": TASK_PATTERN},
+                    "schema": {"type": "string", "pattern": TASK_PATTERN}
+                    if name == "task"
+                    else {"type": "string", "description": "percent-encoded"},
                 }
                 for name in params
             ]

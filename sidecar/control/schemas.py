@@ -11,9 +11,10 @@ import hashlib
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from sidecar.domain.model import (
+    AgentExit,
     Attempt,
     Checkpoint,
     Claim,
@@ -76,9 +77,51 @@ class HeartbeatRequest(Request):
     )
 
 
+class AttemptEndIn(Request):
+    """How the attempt's agent ended: exactly one of ``exit_code`` and ``signal``."""
+
+    exit_code: int | None = Field(
+        default=None, ge=0, le=255, strict=True, description="Its exit status.", examples=[3]
+    )
+    signal: str | None = Field(
+        default=None,
+        pattern=r"^SIG[A-Z0-9+-]{1,12}$",
+        description="The signal that killed it.",
+        examples=["SIGKILL"],
+    )
+    error: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Why the command could not be started (with exit_code 127 or 126).",
+        examples=["command not found"],
+    )
+    lease_lost: bool = Field(
+        default=False,
+        strict=True,
+        description="The worker stopped the agent because its lease was lost to another claim.",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_end(self) -> AttemptEndIn:
+        if (self.exit_code is None) == (self.signal is None):
+            raise ValueError("give exactly one of exit_code and signal")
+        if self.error is not None and self.exit_code is None:
+            raise ValueError("error goes with the exit_code the worker exited with")
+        return self
+
+    def to_domain(self) -> AgentExit:
+        return AgentExit(self.exit_code, self.signal, self.error, self.lease_lost)
+
+
 class ReleaseRequest(Request):
     attempt_id: AttemptId
     generation: Generation
+    end: AttemptEndIn | None = Field(
+        default=None,
+        description="How the attempt's agent ended, kept with the attempt (also when the "
+        "release is refused because the lease was already lost).",
+    )
 
 
 class CheckpointRequest(Request):
@@ -191,6 +234,13 @@ class CheckpointCreated(Response):
     created_at: datetime
 
 
+class AttemptEndOut(Response):
+    exit_code: int | None
+    signal: str | None
+    error: str | None
+    lease_lost: bool
+
+
 class AttemptOut(Response):
     attempt_id: str
     generation: int
@@ -201,9 +251,18 @@ class AttemptOut(Response):
     lease_until: datetime | None = Field(
         description="For an ended attempt, the last moment its lease let it act."
     )
+    exit: AttemptEndOut | None = Field(
+        default=None, description="How its agent ended, as its worker reported on release."
+    )
+    how: str | None = Field(
+        default=None,
+        description="How it ended, in words: `exit 3`, `killed by SIGKILL`, `command not "
+        "found (127)`, `lease lost`, `released`, `superseded`, `expired`, `current`.",
+    )
 
     @classmethod
-    def of(cls, a: Attempt) -> AttemptOut:
+    def of(cls, a: Attempt, current: bool = False) -> AttemptOut:
+        e = a.exit
         return cls(
             attempt_id=a.attempt_id,
             generation=a.generation,
@@ -212,6 +271,12 @@ class AttemptOut(Response):
             ended_at=a.ended_at,
             end_reason=a.end_reason.value if a.end_reason else None,
             lease_until=a.lease_until,
+            exit=None
+            if e is None
+            else AttemptEndOut(
+                exit_code=e.exit_code, signal=e.signal, error=e.error, lease_lost=e.lease_lost
+            ),
+            how=a.how(current),
         )
 
 
@@ -252,7 +317,15 @@ class TaskOut(Response):
             task=state.task,
             generation=state.generation,
             lease=LeaseOut.of(state.lease, now) if state.lease else None,
-            attempts=[AttemptOut.of(a) for a in view.attempts],
+            attempts=[
+                AttemptOut.of(
+                    a,
+                    state.lease is not None
+                    and state.lease.attempt_id == a.attempt_id
+                    and state.lease.released_at is None,
+                )
+                for a in view.attempts
+            ],
             last_checkpoint=CheckpointOut.of(view.last_checkpoint)
             if view.last_checkpoint
             else None,
@@ -292,9 +365,13 @@ class RecordedResponseOut(Response):
     status: int
     body_bytes: int
     body_sha256: str
+    command_tag: str | None = Field(
+        default=None, description="For a SQL statement, the command tag it answered."
+    )
 
 
 class EffectOut(Response):
+    task: str
     key: str
     state: str
     kind: str
@@ -316,6 +393,7 @@ class EffectOut(Response):
         """``events`` are this effect's own, oldest first."""
         r = e.response
         return cls(
+            task=e.task,
             key=e.key,
             state=e.state.value,
             kind=e.kind,
@@ -332,6 +410,7 @@ class EffectOut(Response):
                 status=r.status,
                 body_bytes=len(r.body),
                 body_sha256=hashlib.sha256(r.body).hexdigest(),
+                command_tag=dict(r.headers).get("x-command-tag"),
             ),
             detail=e.detail,
             created_at=e.created_at,
@@ -378,3 +457,45 @@ class Problem(Response):
     detail: str
     code: str
     instance: str | None = None
+
+
+class TaskSummary(Response):
+    """A task in a listing: no attempts (``GET /v1/tasks/{task}`` has them)."""
+
+    task: str
+    generation: int
+    state: str = Field(description="leased (a live lease) or free.")
+    waiting_for_human: int = Field(description="Effects whose outcome a human must settle.")
+    lease: LeaseOut | None
+    last_checkpoint: CheckpointOut | None
+    effects: dict[str, int] = Field(description="Effect counts by state.")
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, view: TaskView, now: datetime) -> TaskSummary:
+        state = view.state
+        lease = state.lease
+        return cls(
+            task=state.task,
+            generation=state.generation,
+            state="leased" if lease is not None and lease.is_live(now) else "free",
+            waiting_for_human=view.effect_counts.get(EffectState.UNKNOWN.value, 0),
+            lease=LeaseOut.of(lease, now) if lease else None,
+            last_checkpoint=CheckpointOut.of(view.last_checkpoint)
+            if view.last_checkpoint
+            else None,
+            effects={s.value: view.effect_counts.get(s.value, 0) for s in EffectState},
+            created_at=state.created_at,
+            updated_at=state.updated_at,
+        )
+
+
+class TaskPage(Response):
+    tasks: list[TaskSummary]
+    next_cursor: str | None = Field(description=NEXT_CURSOR)
+
+
+class EffectPage(Response):
+    effects: list[EffectOut]
+    next_cursor: str | None = Field(description=NEXT_CURSOR)

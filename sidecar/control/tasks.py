@@ -53,7 +53,8 @@ async def heartbeat(request: web.Request) -> web.Response:
 @api.route(
     "POST",
     "/v1/tasks/{task}/release",
-    summary="Give the lease up (idempotent for its own attempt).",
+    summary="Give the lease up (idempotent for its own attempt); `end` says how the "
+    "attempt's agent ended and is kept with the attempt.",
     body=ReleaseRequest,
     answer=LeaseResponse,
     problems=("stale_generation", "not_found", *_WRITE_PROBLEMS),
@@ -67,7 +68,8 @@ async def release(request: web.Request) -> web.Response:
         # PostgreSQL relay's background writes) lands first, so the next attempt finds
         # outcomes, not pending effects it must guess about (SPEC §3.7).
         await settle(task, body.attempt_id)
-    state = await request.app[STORE].release(task, body.attempt_id, body.generation)
+    end = body.end.to_domain() if body.end is not None else None
+    state = await request.app[STORE].release(task, body.attempt_id, body.generation, end)
     return json_answer(LeaseResponse.of(state, request.app[CLOCK].now()))
 
 

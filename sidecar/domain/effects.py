@@ -31,7 +31,7 @@ from sidecar.domain.model import (
     RecordedResponse,
     TaskState,
 )
-from sidecar.errors import EffectExists, InvalidTransition
+from sidecar.errors import EffectAbandoned, EffectExists, InvalidTransition
 
 ALLOWED: dict[EffectState, frozenset[EffectState]] = {
     EffectState.PENDING: frozenset(
@@ -48,7 +48,15 @@ ALLOWED: dict[EffectState, frozenset[EffectState]] = {
 OUTCOMES = frozenset({EffectState.COMPLETED, EffectState.FAILED, EffectState.UNKNOWN})
 
 # Events that annotate an effect without changing its state.
-NOTES = frozenset({"replayed", "probed", "divergent", "waited"})
+# ``blocked``: an attempt was refused because the effect waits for a human (once per attempt).
+NOTES = frozenset({"replayed", "probed", "divergent", "waited", "blocked"})
+
+# A human's ``abandoned`` resolution (SPEC §3.10) is kept without a state of its own: the
+# effect is ``failed``, its detail says who abandoned it and why, and its recorded
+# response carries this header.  A failed effect is otherwise sent again; an abandoned one
+# never leaves ``failed`` (see :func:`abandonment`).
+ABANDONED_HEADER = "x-sidecar-abandoned-by"
+ABANDONED_DETAIL = "abandoned by "
 
 
 def record_pending(
@@ -107,6 +115,8 @@ def transition(
         fence(state, task, attempt_id, generation)
     if effect is None:
         raise InvalidTransition(f"task {task} has no effect {key!r}")
+    if (abandoned := abandonment(effect)) is not None:
+        raise abandoned
     if to not in ALLOWED[effect.state]:
         raise InvalidTransition(
             f"task {task}: effect {key!r} cannot go from {effect.state.value} to {to.value}"
@@ -123,6 +133,23 @@ def transition(
         detail=detail,
     )
     return updated, EffectEvent(task, key, to.value, attempt_id, generation, now, detail)
+
+
+def abandonment(effect: Effect) -> EffectAbandoned | None:
+    """The refusal later attempts get if a human abandoned ``effect``, else None."""
+    response = effect.response
+    if (
+        effect.state is not EffectState.FAILED
+        or effect.kind == "sql"
+        or response is None
+        or not (effect.detail or "").startswith(ABANDONED_DETAIL)
+    ):
+        return None
+    by = dict(response.headers).get(ABANDONED_HEADER)
+    if by is None:
+        return None
+    note = (effect.detail or "")[len(ABANDONED_DETAIL) + len(by) + 2 :]
+    return EffectAbandoned(effect.task, effect.key, by, note)
 
 
 def is_own_outcome(

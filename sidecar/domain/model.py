@@ -53,6 +53,28 @@ class AttemptEnd(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class AgentExit:
+    """How an attempt's agent process ended, as its worker (``sidecar exec``) reported it
+    when it released the lease: an exit status, or the signal that killed it; ``error``
+    when the command could not be started at all (then ``exit_code`` is the shell's 127
+    or 126); ``lease_lost`` when the worker stopped it because another claim took over."""
+
+    exit_code: int | None = None
+    signal: str | None = None
+    error: str | None = None
+    lease_lost: bool = False
+
+    def describe(self) -> str:
+        if self.lease_lost:
+            return "lease lost"
+        if self.error is not None:
+            return f"{self.error} ({self.exit_code})"
+        if self.signal is not None:
+            return f"killed by {self.signal}"
+        return f"exit {self.exit_code}"
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One run of a task by one worker."""
 
@@ -66,6 +88,17 @@ class Attempt:
     #: for an ended attempt, the last moment its lease allowed it to act; no request of
     #: this attempt can be forwarded after it (self-fencing), which bounds settle time.
     lease_until: datetime | None = None
+    #: how its agent ended, if its worker said so (``sidecar exec`` does when it releases).
+    exit: AgentExit | None = None
+
+    def how(self, current: bool = False) -> str | None:
+        """How the attempt ended, in words (``exit 3``, ``killed by SIGKILL``, ``lease
+        lost``, ``superseded``, ...); ``current`` for the lease holder still running."""
+        if self.exit is not None:
+            return self.exit.describe()
+        if self.end_reason is not None:
+            return self.end_reason.value
+        return "current" if current else None
 
 
 @dataclass(frozen=True, slots=True)

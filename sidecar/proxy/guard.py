@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from sidecar import failpoints
 from sidecar.aio import spawn
 from sidecar.clock import Clock
+from sidecar.domain.effects import abandonment
 from sidecar.domain.ids import idempotency_key
 from sidecar.domain.model import Effect, EffectState, RecordedResponse
 from sidecar.domain.text import scrubbed, text_problem
@@ -63,6 +64,7 @@ from sidecar.recording.recorder import Recorder
 from sidecar.rules import EffectKind, OnDivergence, OnUnknown, RuleMatch, RuleSet
 from sidecar.rules.model import Rule
 from sidecar.store import Store
+from sidecar.store.observed import Announce
 
 log = logging.getLogger("sidecar.effects")
 
@@ -119,8 +121,10 @@ class EffectGuard:
         metrics: Metrics,
         *,
         store_retry_s: float = 2.0,
+        announce: Announce | None = None,
     ) -> None:
         self._recorder = Recorder(store, bindings, metrics, store_retry_s=store_retry_s)
+        self._announce = announce
         self._store = store
         self._upstream = upstream
         self._clock = clock
@@ -149,6 +153,7 @@ class EffectGuard:
         try:
             answer = await self._handle(binding, match, request)
         except SidecarError as error:
+            self._metrics.refusals.labels(error.code).inc()
             # Details quote the request's URL, which may carry a secret the rule marks.
             error.detail = without_secrets(error.detail, match.secrets)
             answer = refusal(error)
@@ -245,6 +250,8 @@ class EffectGuard:
     # ---- the effect is in the log -----------------------------------------------------
 
     async def _again(self, call: Call, effect: Effect) -> Answer:
+        if (abandoned := abandonment(effect)) is not None:
+            raise abandoned  # a human said it must not happen (SPEC §3.10)
         if effect.state in (EffectState.PENDING, EffectState.UNKNOWN):
             effect = await self._first_try_outcome(call, effect)
         if effect.state is EffectState.COMPLETED:
@@ -294,14 +301,33 @@ class EffectGuard:
     async def _resolve_unknown(self, call: Call, effect: Effect) -> Answer:
         rule = call.rule
         if rule.on_unknown is OnUnknown.BLOCK:
-            raise EffectUnknown(
+            blocked = EffectUnknown(
                 call.binding.task,
                 effect.key,
                 f"task {call.binding.task}: the outcome of {effect.key!r} (attempt "
                 f"{effect.attempt_id}) is unknown and rule {rule.name} has no probe and no "
                 "safe retry: CANNOT DETERMINE - a human must check the outside world "
-                f"(see `sidecar effects {call.binding.task}`)",
+                f"(see `sidecar effects {call.binding.task}`), then settle it with `sidecar "
+                f"effects resolve {call.binding.task} KEY --as completed|failed|abandoned`",
             )
+            # One audit line (and one notification) per attempt refused: how long it
+            # waited for a human shows.
+            first = self._note_later(
+                call.binding, effect, "blocked", "refused: CANNOT DETERMINE, waits for a human"
+            )
+            if first and self._announce is not None:
+                self._announce(
+                    "effect_blocked",
+                    {
+                        "task": call.binding.task,
+                        "effect_key": effect.key,
+                        "rule": rule.name,
+                        "attempt_id": call.binding.attempt_id,
+                        "generation": call.binding.generation,
+                        "detail": blocked.detail,
+                    },
+                )
+            raise blocked
         if rule.on_unknown is OnUnknown.PROBE:
             evidence = await self._probe(call, effect)
             if evidence is not None:
@@ -632,12 +658,13 @@ class EffectGuard:
             # The effect itself is recorded; the stage marker can be written again later.
             log.warning("checkpoint %s not written: %s", spec.stage, error.detail)
 
-    def _note_later(self, binding: Binding, effect: Effect, event: str, detail: str | None) -> None:
+    def _note_later(self, binding: Binding, effect: Effect, event: str, detail: str | None) -> bool:
+        """Write the audit line in the background; False if this attempt has one already."""
         # One audit line per attempt, effect and kind of event says who replayed what; an
         # agent retrying a call in a loop must not turn into a write per retry.
         seen = (binding.attempt_id, effect.task, effect.key, event, detail)
         if seen in self._noted:
-            return
+            return False
         if len(self._noted) >= NOTED_MAX:
             self._noted.clear()
         self._noted.add(seen)
@@ -658,6 +685,7 @@ class EffectGuard:
                 log.warning("audit line %s for %s not written: %s", event, effect.key, error.detail)
 
         spawn(write(), name=f"note:{binding.task}:{event}")
+        return True
 
 
 def fault(unexpected: BaseException, rule: Rule) -> SidecarFault:

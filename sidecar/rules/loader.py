@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from pydantic import ValidationError
@@ -21,6 +21,7 @@ from pydantic_core import ErrorDetails
 from yaml.constructor import ConstructorError
 
 from sidecar.errors import ConfigError
+from sidecar.rules.lint import rule_warnings
 from sidecar.rules.matcher import RuleSet, RuleSource
 from sidecar.rules.model import FieldProblem, Rule, RuleFile
 
@@ -59,6 +60,24 @@ def load_rules(paths: Sequence[Path]) -> RuleSet:
     Folders are read non-recursively, files by name. Raises :class:`RuleError` naming
     every problem found in any of them; rule names must be unique across all files.
     """
+    report = check_rules(paths)
+    if report.problems:
+        raise RuleError(report.problems)
+    return report.rules
+
+
+@dataclass(frozen=True, slots=True)
+class RuleReport:
+    """What ``rules check`` says: the valid rules, every problem and every warning."""
+
+    rules: RuleSet
+    problems: list[RuleProblem]
+    warnings: list[RuleProblem]
+
+
+def check_rules(paths: Sequence[Path]) -> RuleReport:
+    """Every problem of every file in one pass, then the cross-rule checks (duplicate
+    names, shadowed rules) over every rule that could be read, and warnings."""
     problems: list[RuleProblem] = []
     files = _files(paths, problems)
     rules: list[Rule] = []
@@ -66,24 +85,26 @@ def load_rules(paths: Sequence[Path]) -> RuleSet:
     for file in files:
         start = len(problems)
         loaded = _load_file(file, problems)
-        for rule, line, name_line in loaded:
-            first = sources.get(rule.name)
+        for rule, name, line, name_line in loaded:
+            first = sources.get(name)
             if first is not None:
                 problems.append(
                     RuleProblem(
                         file,
                         name_line,
-                        f"duplicate rule name {rule.name!r} (first defined at "
+                        f"duplicate rule name {name!r} (first defined at "
                         f"{first.file}:{first.line})",
                     )
                 )
                 continue
-            sources[rule.name] = RuleSource(file, line)
-            rules.append(rule)
+            sources[name] = RuleSource(file, line)
+            if rule is not None:
+                rules.append(rule)
         problems[start:] = sorted(problems[start:], key=lambda problem: problem.line)
-    if problems:
-        raise RuleError(problems)
-    return RuleSet(rules, sources, files)
+    valid = {rule.name for rule in rules}
+    rule_set = RuleSet(rules, {n: s for n, s in sources.items() if n in valid}, files)
+    warnings = [RuleProblem(at.file, at.line, text) for at, text in rule_warnings(rule_set)]
+    return RuleReport(rule_set, problems, warnings)
 
 
 def _files(paths: Sequence[Path], problems: list[RuleProblem]) -> list[Path]:
@@ -108,8 +129,12 @@ def _files(paths: Sequence[Path], problems: list[RuleProblem]) -> list[Path]:
     return list(unique.values())
 
 
-def _load_file(file: Path, problems: list[RuleProblem]) -> list[tuple[Rule, int, int]]:
-    """The file's valid rules, each with its line and its name's line; problems appended."""
+type Loaded = tuple[Rule | None, str, int, int]
+
+
+def _load_file(file: Path, problems: list[RuleProblem]) -> list[Loaded]:
+    """The file's rules, each (None if invalid) with its name, its line and its name's
+    line (so an invalid rule's name is still checked for duplicates); problems appended."""
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -146,28 +171,74 @@ def _yaml_problem(file: Path, error: yaml.YAMLError) -> RuleProblem:
 
 def _validate(
     file: Path, data: dict[str, Any], lines: dict[Loc, int], problems: list[RuleProblem]
-) -> list[tuple[Rule, int, int]]:
+) -> list[Loaded]:
     try:
         parsed = RuleFile.model_validate(data)
     except ValidationError as error:
         errors = error.errors()
         for details in errors:
             problems.append(_problem(file, details, lines))
-        # The rules that did validate are still checked for duplicate names.
-        bad = {d["loc"][1] for d in errors if len(d["loc"]) > 1 and d["loc"][0] == "rules"}
+        by_rule: dict[int, list[Loc]] = {}
+        for d in errors:
+            if len(d["loc"]) > 1 and d["loc"][0] == "rules" and isinstance(d["loc"][1], int):
+                by_rule.setdefault(d["loc"][1], []).append(tuple(d["loc"]))
         raw = data.get("rules")
         if not isinstance(raw, list):
             return []
-        valid: list[tuple[Rule, int, int]] = []
+        loaded: list[Loaded] = []
         for index, item in enumerate(raw):
-            if index not in bad:
+            where = (_line(lines, ("rules", index)), _name_line(lines, index))
+            if index not in by_rule:
                 rule = Rule.model_validate(item)
-                valid.append((rule, _line(lines, ("rules", index)), _name_line(lines, index)))
-        return valid
+                loaded.append((rule, rule.name, *where))
+                continue
+            # One pass: what else is wrong with this rule, beyond its fields' errors.
+            problems += _cross_field_problems(file, item, index, by_rule[index], lines)
+            name = item.get("name") if isinstance(item, dict) else None
+            if isinstance(name, str) and name:
+                loaded.append((None, name, *where))
+        return loaded
     return [
-        (rule, _line(lines, ("rules", index)), _name_line(lines, index))
+        (rule, rule.name, _line(lines, ("rules", index)), _name_line(lines, index))
         for index, rule in enumerate(parsed.rules)
     ]
+
+
+# Without these the cross-field checks would say more about the stand-in than the rule.
+_ESSENTIAL = frozenset({"match", "effect", "protocol"})
+
+
+def _cross_field_problems(
+    file: Path, item: Any, index: int, failed: list[Loc], lines: dict[Loc, int]
+) -> list[RuleProblem]:
+    """A rule whose fields failed is checked again without them, so the checks that
+    relate its fields (``on_unknown: probe`` needs a ``probe``, ...) are reported in
+    the same run rather than after its field errors are fixed.  A complaint that names a
+    field left out is the stand-in's doing and is not reported."""
+    if not isinstance(item, dict) or any(len(loc) < 3 for loc in failed):
+        return []  # the rule itself is not a mapping, or its own check already failed
+    left_out = {str(loc[2]) for loc in failed}
+    if left_out & _ESSENTIAL:
+        return []
+    trimmed = {k: v for k, v in item.items() if k not in left_out}
+    if "name" in left_out:
+        trimmed["name"] = "stand-in"
+    try:
+        Rule.model_validate(trimmed)
+    except ValidationError as again:
+        found: list[RuleProblem] = []
+        for details in again.errors():
+            if details["type"] != "value_error" or details["loc"]:
+                continue  # only the rule-level (cross-field) checks are new here
+            cause = details.get("ctx", {}).get("error")
+            text = str(cause) if cause is not None else details["msg"]
+            if any(re.search(rf"\b{re.escape(field)}\b", text) for field in left_out):
+                continue
+            moved = dict(details)
+            moved["loc"] = ("rules", index)
+            found.append(_problem(file, cast("ErrorDetails", moved), lines))
+        return found
+    return []
 
 
 def _name_line(lines: dict[Loc, int], index: int) -> int:

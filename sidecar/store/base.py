@@ -17,6 +17,7 @@ from typing import Any
 
 from sidecar.domain.model import (
     JSON,
+    AgentExit,
     Attempt,
     Checkpoint,
     Claim,
@@ -75,6 +76,27 @@ class CompositeObserver(WriteObserver):
     def refused(self, command: Command[Any], error: SidecarError, seconds: float) -> None:
         for observer in self.observers:
             observer.refused(command, error, seconds)
+
+
+TASK_STATES = ("leased", "free", "waiting")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """Which tasks a listing wants: ``state`` is one of :data:`TASK_STATES` - leased (a
+    live lease), free (none), waiting (an effect waits for a human)."""
+
+    state: str | None = None
+    worker: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectFilter:
+    """Which effects a listing across tasks wants (``state`` an EffectState value)."""
+
+    state: str | None = None
+    task: str | None = None
+    rule: str | None = None
 
 
 class Store(ABC):
@@ -151,8 +173,26 @@ class Store(ABC):
         """At most ``limit`` of the task's checkpoints with a ``seq`` above ``after_seq``."""
 
     @abstractmethod
-    async def effect_events_of(self, task: str, keys: Sequence[str]) -> list[EffectEvent]:
-        """The audit trail of just these effects of the task, oldest first."""
+    async def effect_events_of(self, keys: Sequence[tuple[str, str]]) -> list[EffectEvent]:
+        """The audit trail of just these ``(task, key)`` effects, oldest first."""
+
+    @abstractmethod
+    async def gauges(self, now: datetime) -> tuple[int, int]:
+        """(effects whose outcome is unknown, tasks whose lease is live at ``now``)."""
+
+    @abstractmethod
+    async def tasks_page(
+        self, where: TaskFilter, after: tuple[datetime, str] | None, limit: int, now: datetime
+    ) -> list[TaskView]:
+        """At most ``limit`` tasks (no attempts), newest first, after ``after`` (the
+        ``(created_at, task)`` of the previous page's last one)."""
+
+    @abstractmethod
+    async def effects_across(
+        self, where: EffectFilter, after: tuple[datetime, str, str] | None, limit: int
+    ) -> list[Effect]:
+        """At most ``limit`` effects of any task, newest first, after ``after`` (the
+        ``(created_at, task, key)`` of the previous page's last one)."""
 
     @abstractmethod
     async def effect(self, task: str, key: str) -> Effect | None: ...
@@ -173,8 +213,12 @@ class Store(ABC):
     ) -> TaskState:
         return await self.execute(Heartbeat(task, attempt_id, generation, ttl_s))
 
-    async def release(self, task: str, attempt_id: str, generation: int) -> TaskState:
-        return await self.execute(Release(task, attempt_id, generation))
+    async def release(
+        self, task: str, attempt_id: str, generation: int, end: AgentExit | None = None
+    ) -> TaskState:
+        """Give the lease up; ``end`` (how the agent ended) is kept with the attempt, even
+        when the release is refused because the lease was already lost."""
+        return await self.execute(Release(task, attempt_id, generation, end))
 
     async def append_checkpoint(
         self, task: str, attempt_id: str, generation: int, stage: str, outputs: JSON

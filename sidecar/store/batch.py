@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sidecar.domain.model import (
+    AgentExit,
     Attempt,
     AttemptEnd,
     Checkpoint,
@@ -61,6 +62,7 @@ class Batch:
     dirty_tasks: dict[str, TaskState] = field(default_factory=dict)
     new_attempts: list[Attempt] = field(default_factory=list)
     ended_attempts: list[tuple[str, datetime, AttemptEnd, datetime]] = field(default_factory=list)
+    noted_exits: list[tuple[str, str, int, AgentExit]] = field(default_factory=list)
     new_checkpoints: list[Checkpoint] = field(default_factory=list)
     dirty_effects: dict[tuple[str, str], Effect] = field(default_factory=dict)
     new_events: list[EffectEvent] = field(default_factory=list)
@@ -80,6 +82,9 @@ class Batch:
         self, attempt_id: str, at: datetime, reason: AttemptEnd, lease_until: datetime
     ) -> None:
         self.ended_attempts.append((attempt_id, at, reason, lease_until))
+
+    def note_exit(self, task: str, attempt_id: str, generation: int, exit: AgentExit) -> None:
+        self.noted_exits.append((task, attempt_id, generation, exit))
 
     def last_checkpoint(self, task: str) -> Checkpoint | None:
         return self.last_checkpoints.get(task)
@@ -127,6 +132,10 @@ def changes(batch: Batch) -> list[tuple[str, list[tuple[Any, ...]]]]:
                 (rows.to_us(at), reason.value, rows.to_us(until), aid)
                 for aid, at, reason, until in batch.ended_attempts
             ],
+        ),
+        (
+            "note_attempt_exit",
+            [rows.exit_params(*noted) for noted in batch.noted_exits],
         ),
         (
             "upsert_lease",

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Protocol
 
-from sidecar.domain import checkpoints, effects, leases
+from sidecar.domain import checkpoints, effects, leases, settling
 from sidecar.domain.model import (
     JSON,
+    AgentExit,
     Attempt,
     AttemptEnd,
     Checkpoint,
@@ -45,6 +46,11 @@ class WorkingSet(Protocol):
     def end_attempt(
         self, attempt_id: str, at: datetime, reason: AttemptEnd, lease_until: datetime
     ) -> None: ...
+    def note_exit(self, task: str, attempt_id: str, generation: int, exit: AgentExit) -> None:
+        """Keep how the attempt's agent ended - only on the attempt ``(task, attempt_id,
+        generation)`` names, and only its first report."""
+        ...
+
     def last_checkpoint(self, task: str) -> Checkpoint | None: ...
     def add_checkpoint(self, checkpoint: Checkpoint) -> None: ...
     def effect(self, task: str, key: str) -> Effect | None: ...
@@ -157,7 +163,17 @@ class Release(FencedCommand[TaskState]):
     task: str
     attempt_id: str
     generation: int
+    #: how the attempt's agent ended, as its worker reports it.
+    end: AgentExit | None = None
     operation: ClassVar[str] = "release"
+
+    def apply(self, ws: WorkingSet, ctx: Context) -> TaskState:
+        if self.end is not None:
+            # Kept even when the release itself is refused as stale: a worker whose lease
+            # was lost still says how its agent ended.  It changes no lease, checkpoint or
+            # effect, and only the attempt's own (attempt_id, generation) names it.
+            ws.note_exit(self.task, self.attempt_id, self.generation, self.end)
+        return FencedCommand.apply(self, ws, ctx)
 
     def apply_fenced(self, ws: WorkingSet, ctx: Context) -> TaskState:
         state, changed = leases.release(
@@ -321,3 +337,35 @@ class NoteEffect(FencedCommand[EffectEvent]):
         )
         ws.add_event(event)
         return event
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveEffect(Command[Effect]):
+    """A human settles an effect that waits for one (SPEC §3.10), with a ``resolved`` line
+    in its audit trail.  Not fenced: no attempt writes it.  ``not_before`` and ``seen_at``
+    come from what the caller read (see :func:`sidecar.domain.settling.resolve`)."""
+
+    task: str
+    key: str
+    resolution: settling.Resolution
+    not_before: datetime
+    seen_at: datetime
+    operation: ClassVar[str] = "effect.resolve"
+
+    def effect_key(self) -> tuple[str, str]:
+        return (self.task, self.key)
+
+    def apply(self, ws: WorkingSet, ctx: Context) -> Effect:
+        effect, event = settling.resolve(
+            ws.task(self.task),
+            ws.effect(self.task, self.key),
+            self.resolution,
+            task=self.task,
+            key=self.key,
+            now=ctx.now,
+            not_before=self.not_before,
+            seen_at=self.seen_at,
+        )
+        ws.put_effect(effect)
+        ws.add_event(event)
+        return effect

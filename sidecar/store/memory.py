@@ -13,16 +13,18 @@ from datetime import datetime
 from sidecar.clock import Clock, SystemClock
 from sidecar.domain.ids import new_attempt_id
 from sidecar.domain.model import (
+    AgentExit,
     Attempt,
     AttemptEnd,
     Checkpoint,
     Effect,
     EffectEvent,
+    EffectState,
     FenceRefusal,
     TaskState,
     TaskView,
 )
-from sidecar.store.base import Store, StoreInfo
+from sidecar.store.base import EffectFilter, Store, StoreInfo, TaskFilter
 from sidecar.store.commands import Command, Context
 
 
@@ -54,6 +56,15 @@ class _State:
             self.attempts[attempt_id] = replace(
                 attempt, ended_at=at, end_reason=reason, lease_until=lease_until
             )
+
+    def note_exit(self, task: str, attempt_id: str, generation: int, exit: AgentExit) -> None:
+        attempt = self.attempts.get(attempt_id)
+        if (
+            attempt is not None
+            and (attempt.task, attempt.generation) == (task, generation)
+            and attempt.exit is None
+        ):
+            self.attempts[attempt_id] = replace(attempt, exit=exit)
 
     def last_checkpoint(self, task: str) -> Checkpoint | None:
         history = self.checkpoints.get(task)
@@ -152,9 +163,53 @@ class MemoryStore(Store):
     async def checkpoints_page(self, task: str, after_seq: int, limit: int) -> list[Checkpoint]:
         return [c for c in await self.checkpoints(task) if c.seq > after_seq][:limit]
 
-    async def effect_events_of(self, task: str, keys: Sequence[str]) -> list[EffectEvent]:
+    async def effect_events_of(self, keys: Sequence[tuple[str, str]]) -> list[EffectEvent]:
         wanted = set(keys)
-        return [e for e in self._state.events if e.task == task and e.key in wanted]
+        return [e for e in self._state.events if (e.task, e.key) in wanted]
+
+    async def gauges(self, now: datetime) -> tuple[int, int]:
+        effects = self._state.effects.values()
+        unknown = sum(1 for e in effects if e.state is EffectState.UNKNOWN)
+        tasks = self._state.tasks.values()
+        leased = sum(1 for t in tasks if t.lease is not None and t.lease.is_live(now))
+        return unknown, leased
+
+    async def tasks_page(
+        self, where: TaskFilter, after: tuple[datetime, str] | None, limit: int, now: datetime
+    ) -> list[TaskView]:
+        views = [v for v in await self.list_tasks() if self._wanted(v, where, now)]
+        views.sort(key=lambda v: (v.state.created_at, v.state.task), reverse=True)
+        return [v for v in views if after is None or (v.state.created_at, v.state.task) < after][
+            :limit
+        ]
+
+    def _wanted(self, view: TaskView, where: TaskFilter, now: datetime) -> bool:
+        lease = view.state.lease
+        if where.worker is not None and (lease is None or lease.worker != where.worker):
+            return False
+        live = lease is not None and lease.is_live(now)
+        match where.state:
+            case "leased":
+                return live
+            case "free":
+                return not live
+            case "waiting":
+                return view.effect_counts.get(EffectState.UNKNOWN.value, 0) > 0
+        return True
+
+    async def effects_across(
+        self, where: EffectFilter, after: tuple[datetime, str, str] | None, limit: int
+    ) -> list[Effect]:
+        found = [
+            e
+            for e in self._state.effects.values()
+            if (where.state is None or e.state.value == where.state)
+            and (where.task is None or e.task == where.task)
+            and (where.rule is None or e.rule == where.rule)
+            and (after is None or (e.created_at, e.task, e.key) < after)
+        ]
+        found.sort(key=lambda e: (e.created_at, e.task, e.key), reverse=True)
+        return found[:limit]
 
     async def effect(self, task: str, key: str) -> Effect | None:
         return self._state.effect(task, key)

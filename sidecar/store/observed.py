@@ -8,6 +8,7 @@ the HTTP proxy or the PostgreSQL relay.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sidecar.domain.model import Claim
@@ -17,6 +18,9 @@ from sidecar.store.base import WriteObserver
 from sidecar.store.commands import AppendCheckpoint, Command, FencedCommand
 
 log = logging.getLogger("sidecar.store")
+
+# (event, fields): see sidecar.notify.
+type Announce = Callable[[str, Mapping[str, Any]], None]
 
 
 def _context(command: Command[Any], result: Any = None) -> dict[str, Any]:
@@ -31,9 +35,16 @@ def _context(command: Command[Any], result: Any = None) -> dict[str, Any]:
     return fields
 
 
+def _silent(event: str, fields: Mapping[str, Any]) -> None:
+    """No one to tell."""
+
+
 class MetricsObserver(WriteObserver):
-    def __init__(self, metrics: Metrics) -> None:
+    """Counts and logs every store write; announces takeovers and refused stale writes."""
+
+    def __init__(self, metrics: Metrics, announce: Announce = _silent) -> None:
         self.metrics = metrics
+        self.announce = announce
 
     def done(self, command: Command[Any], result: Any, seconds: float) -> None:
         m = self.metrics
@@ -43,6 +54,17 @@ class MetricsObserver(WriteObserver):
             m.checkpoint_write_seconds.observe(seconds)
         if isinstance(result, Claim):
             m.claims.labels("granted").inc()
+            if result.previous_attempt_id:  # it ended an attempt that never released
+                self.announce(
+                    "lease_taken_over",
+                    {
+                        "task": result.task,
+                        "attempt_id": result.attempt_id,
+                        "generation": result.generation,
+                        "worker": result.worker,
+                        "previous_attempt_id": result.previous_attempt_id,
+                    },
+                )
         if not log.isEnabledFor(logging.INFO):
             return  # the line below is built only if someone will read it
         fields = _context(command, result)
@@ -63,6 +85,16 @@ class MetricsObserver(WriteObserver):
         elif isinstance(error, StaleGeneration):
             m.stale_writes_refused.labels(command.operation).inc()
             fields["current_generation"] = error.current_generation
+            self.announce(
+                "stale_write_refused",
+                {
+                    "task": command.task,
+                    "operation": command.operation,
+                    "attempt_id": fields.get("attempt_id"),
+                    "generation": fields.get("generation"),
+                    "current_generation": error.current_generation,
+                },
+            )
         elif command.operation == "claim":
             m.claims.labels(error.code).inc()
         # An effect already logged is how replays are found: expected, not a warning.

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sidecar.domain.model import (
+    AgentExit,
     Attempt,
     AttemptEnd,
     Checkpoint,
@@ -103,7 +104,21 @@ def lease_params(task: str, lease: Lease) -> tuple[Any, ...]:
 
 
 def attempt(row: Row) -> Attempt:
-    attempt_id, task, generation, worker, claimed, ended, reason, until = row
+    (
+        attempt_id,
+        task,
+        generation,
+        worker,
+        claimed,
+        ended,
+        reason,
+        until,
+        exit_code,
+        exit_signal,
+        exit_error,
+        lease_lost,
+    ) = row
+    reported = exit_code is not None or exit_signal is not None or bool(lease_lost)
     return Attempt(
         attempt_id,
         task,
@@ -113,7 +128,13 @@ def attempt(row: Row) -> Attempt:
         _opt_time(ended),
         None if reason is None else AttemptEnd(reason),
         _opt_time(until),
+        AgentExit(exit_code, exit_signal, exit_error, bool(lease_lost)) if reported else None,
     )
+
+
+def exit_params(task: str, attempt_id: str, generation: int, e: AgentExit) -> tuple[Any, ...]:
+    """Parameters of ``note_attempt_exit``: the report, then the attempt it is about."""
+    return (e.exit_code, e.signal, e.error, e.lease_lost, attempt_id, task, generation)
 
 
 def attempt_params(a: Attempt) -> tuple[Any, ...]:

@@ -15,7 +15,10 @@ from typing import Any
 
 from sidecar.domain.model import Attempt, Checkpoint, Effect, EffectEvent, FenceRefusal, TaskView
 from sidecar.store import rows
-from sidecar.store.base import Store
+from sidecar.store.base import EffectFilter, Store, TaskFilter
+
+# A cursor position later than any stored time: newest-first listings start below it.
+_AFTER_ALL = 1 << 62
 
 
 class SQLReads(Store):
@@ -86,9 +89,37 @@ class SQLReads(Store):
         found = await self._fetch("task_checkpoints_page", (task, after_seq, limit))
         return [rows.checkpoint(r) for r in found]
 
-    async def effect_events_of(self, task: str, keys: Sequence[str]) -> list[EffectEvent]:
-        pairs = self._effect_keys_param([(task, key) for key in keys])
-        return [rows.event(r) for r in await self._fetch("effect_events_of", pairs)]
+    async def effect_events_of(self, keys: Sequence[tuple[str, str]]) -> list[EffectEvent]:
+        found = await self._fetch("effect_events_of", self._effect_keys_param(keys))
+        return [rows.event(r) for r in found]
+
+    async def gauges(self, now: datetime) -> tuple[int, int]:
+        ((unknown, leased),) = await self._fetch("gauges", (rows.to_us(now),))
+        return int(unknown), int(leased)
+
+    async def tasks_page(
+        self, where: TaskFilter, after: tuple[datetime, str] | None, limit: int, now: datetime
+    ) -> list[TaskView]:
+        at, task = (rows.to_us(after[0]), after[1]) if after else (_AFTER_ALL, "")
+        now_us = rows.to_us(now)
+        params = (at, at, task, where.worker, where.worker, where.state, now_us, now_us, limit)
+        states = [rows.task_state(r) for r in await self._fetch("tasks_page", params)]
+        names = self._tasks_param([s.task for s in states])
+        last = {r[0]: rows.checkpoint(r) for r in await self._fetch("load_last_checkpoints", names)}
+        counts: dict[str, dict[str, int]] = {}
+        for name, state, n in await self._fetch("effect_counts_of", names):
+            counts.setdefault(name, {})[state] = n
+        return [TaskView(s, (), last.get(s.task), counts.get(s.task, {})) for s in states]
+
+    async def effects_across(
+        self, where: EffectFilter, after: tuple[datetime, str, str] | None, limit: int
+    ) -> list[Effect]:
+        at, task, key = (
+            (rows.to_us(after[0]), after[1], after[2]) if after else (_AFTER_ALL, "", "")
+        )
+        params: tuple[Any, ...] = (at, at, task, task, key)
+        params += (where.state, where.state, where.task, where.task, where.rule, where.rule, limit)
+        return [rows.effect(r) for r in await self._fetch("effects_across", params)]
 
     async def effect(self, task: str, key: str) -> Effect | None:
         found = await self._fetch("load_effects", self._effect_keys_param([(task, key)]))

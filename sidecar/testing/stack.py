@@ -161,6 +161,12 @@ class Stack:
                 raise TimeoutError(f"nobody claimed task {task} within {timeout}s")
             time.sleep(0.05)
 
+    def metrics(self) -> str:
+        """The sidecar's Prometheus exposition."""
+        with urllib.request.urlopen(f"{self.control_url}/metrics", timeout=10) as response:  # noqa: S310 - loopback only
+            text: str = response.read().decode()
+        return text
+
     def log_lines(self) -> list[dict[str, Any]]:
         lines = []
         for path in sorted(self.root.glob("sidecar-*.log")):

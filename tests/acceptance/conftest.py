@@ -23,6 +23,9 @@ def sidecar_process(tmp_path: Path) -> Iterator[tuple[Child, str, Path]]:
         str(data),
         "--control-listen",
         "127.0.0.1:0",
+        # a free port: tests on other workers run sidecars of their own at the same time
+        "--proxy-listen",
+        "127.0.0.1:0",
         stderr_path=tmp_path / "sidecar.log",
     )
     with child:

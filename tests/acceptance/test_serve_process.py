@@ -67,6 +67,37 @@ def test_tasks_and_effects_read_the_store_of_a_running_sidecar(sidecar_process):
     assert "no effects recorded" in effects.stdout
 
 
+def test_tasks_and_effects_read_a_running_sidecar_through_its_control_api(sidecar_process):
+    _, url, data = sidecar_process
+    for n in range(300):
+        post(f"{url}/v1/tasks/t{n:03d}/claim", {"worker": f"w{n % 3}", "ttl_s": 60})
+    control = url.removeprefix("http://")  # HOST:PORT works as well as a URL
+
+    listing = sidecar("tasks", "--control", control, "--worker", "w1", "--limit", "5")
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:6]] == ["t298", "t295", "t292", "t289", "t286"]
+    assert "--limit N for more" in lines[-1]
+    as_json = json.loads(sidecar("tasks", "--control", url, "--json", "--limit", "2").stdout)
+    assert [t["task"] for t in as_json] == ["t299", "t298"]
+    assert "attempts" not in as_json[0], "a listing has no attempts: `tasks TASK` has them"
+
+    one = sidecar("tasks", "t007", "--control", control)
+    assert "t007" in one.stdout
+    assert "current" in one.stdout
+    assert "no effects recorded" in sidecar("effects", "t007", "--control", control).stdout
+    unknown = sidecar("effects", "nope", "--control", control)
+    assert unknown.returncode == 1
+    assert "never been claimed" in unknown.stderr
+
+    # `| head`: the reader has left before the table is written; the CLI ends quietly.
+    shell = f"set -o pipefail; {sys.executable} -m sidecar tasks --data-dir {data} | true"
+    piped = subprocess.run(
+        ["bash", "-c", shell], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (piped.returncode, piped.stderr) == (0, "")
+
+
 def test_inspecting_a_missing_store_or_task_is_a_clear_error(tmp_path, sidecar_process):
     missing = sidecar("tasks", "--data-dir", str(tmp_path / "nowhere"))
     assert missing.returncode == 5  # store unavailable (SPEC §5's exit codes)

@@ -34,6 +34,7 @@ from sidecar.rules.matcher import HttpRequestFacts
 log = logging.getLogger("sidecar.proxy")
 
 GUARDED = "sidecar.guarded"
+UNMATCHED = "sidecar.unmatched"  # no rule matched: a write is one no rule covers (uncovered.py)
 
 
 def is_guarded(flow: http.HTTPFlow) -> bool:
@@ -90,8 +91,11 @@ class EffectAddon:
         # Most traffic is to hosts no effect rule names: decide that before parsing more.
         if not self.rules.may_match_host(flow.request.pretty_host, flow.request.port):
             flow.request.stream = True
+            flow.metadata[UNMATCHED] = True
             return
         match = self.rules.match(_facts(flow, None))
+        if match is None:
+            flow.metadata[UNMATCHED] = True
         if match is None or not match.rule.logged:
             flow.request.stream = True
             return

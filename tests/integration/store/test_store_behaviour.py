@@ -8,6 +8,7 @@ import pytest
 
 from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.errors import EffectExists, LeaseHeld, NotFound, StaleGeneration, UnstorableValue
+from sidecar.store.base import EffectFilter, TaskFilter
 from tests.conftest import StoreFactory
 
 
@@ -262,7 +263,7 @@ async def test_the_effect_log_reads_a_page_at_a_time_in_the_order_of_the_whole(s
         after = (page[-1].created_at, page[-1].key)
     assert [key for page in pages for key in page] == whole
     assert [len(page) for page in pages] == [3, 3, 1]
-    trail = await store.effect_events_of("312", pages[0])
+    trail = await store.effect_events_of([("312", key) for key in pages[0]])
     assert sorted({e.key for e in trail}) == sorted(pages[0])
 
 
@@ -273,3 +274,48 @@ async def test_checkpoints_read_a_page_at_a_time(store):
     first = await store.checkpoints_page("312", 0, 2)
     rest = await store.checkpoints_page("312", first[-1].seq, 10)
     assert [c.stage for c in first + rest] == ["S0", "S1", "S2", "S3", "S4"]
+
+
+async def test_tasks_are_listed_newest_first_and_filtered(store, clock):
+    for n, worker in enumerate(["a", "b", "a"]):
+        await store.claim(f"t{n}", worker, 30)
+        clock.advance(1)
+    released = await store.claim("t3", "a", 30)
+    await store.release("t3", released.attempt_id, released.generation)
+    everything = TaskFilter()
+    first = await store.tasks_page(everything, None, 2, clock.now())
+    last = first[-1].state
+    rest = await store.tasks_page(everything, (last.created_at, last.task), 10, clock.now())
+    assert [v.state.task for v in first + rest] == ["t3", "t2", "t1", "t0"]
+    leased_by_a = await store.tasks_page(TaskFilter("leased", "a"), None, 10, clock.now())
+    assert [v.state.task for v in leased_by_a] == ["t2", "t0"]
+    free = await store.tasks_page(TaskFilter("free"), None, 10, clock.now())
+    assert [v.state.task for v in free] == ["t3"]
+    clock.advance(60)  # every lease has run out
+    free = await store.tasks_page(TaskFilter("free"), None, 10, clock.now())
+    assert [v.state.task for v in free] == ["t3", "t2", "t1", "t0"]
+
+
+async def test_effects_of_every_task_are_listed_by_state(store, clock):
+    for task in ("t1", "t2"):
+        a = await store.claim(task, "w", 30)
+        for key in ("k1", "k2"):
+            await store.record_pending(
+                task, key, a.attempt_id, a.generation, kind="http", rule=f"r-{key}",
+                fingerprint="f", idempotency_key=None, request={},
+            )  # fmt: skip
+            clock.advance(1)
+        await store.transition_effect(task, "k1", a.attempt_id, a.generation, EffectState.UNKNOWN)
+    waiting = await store.effects_across(EffectFilter(state="unknown"), None, 10)
+    assert [(e.task, e.key) for e in waiting] == [("t2", "k1"), ("t1", "k1")]
+    newest = await store.effects_across(EffectFilter(), None, 3)
+    e = newest[-1]
+    older = await store.effects_across(EffectFilter(), (e.created_at, e.task, e.key), 3)
+    assert [(e.task, e.key) for e in newest + older] == [
+        ("t2", "k2"), ("t2", "k1"), ("t1", "k2"), ("t1", "k1"),
+    ]  # fmt: skip
+    by_rule = await store.effects_across(EffectFilter(rule="r-k2", task="t1"), None, 10)
+    assert [(e.task, e.key) for e in by_rule] == [("t1", "k2")]
+    waiting_tasks = await store.tasks_page(TaskFilter("waiting"), None, 10, clock.now())
+    assert [v.state.task for v in waiting_tasks] == ["t2", "t1"]
+    assert waiting_tasks[0].effect_counts == {"unknown": 1, "pending": 1}

@@ -16,8 +16,11 @@ def test_the_shipped_rules_folder_passes(capsys):
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert f"{PACKS / 'generic.yaml'}: 5 rules ok" in lines
-    assert lines[-1].endswith("files ok")
-    assert err == ""
+    assert lines[-1].endswith("warnings)")  # "... files ok (N warnings)"
+    # Only warnings on stderr: keyless non_idempotent rules (a body hash as their key).
+    assert err
+    assert all(": warning: rule " in line for line in err.splitlines())
+    assert f"{PACKS / 'github.yaml'}:95: warning: rule github.issues.comments.create" in err
 
 
 def test_a_broken_file_is_reported_as_file_line_on_stderr_with_exit_1(tmp_path, capsys):
@@ -57,3 +60,87 @@ def test_check_needs_at_least_one_path(capsys):
         main(["rules", "check"])
     assert exit_.value.code == 2
     assert "PATH" in capsys.readouterr().err
+
+
+def test_every_problem_and_the_cross_rule_checks_come_in_one_run(tmp_path, capsys):
+    """Field errors of every file, a cross-field check of a rule whose fields also failed,
+    and a duplicate name of an invalid rule: one run, not one phase at a time."""
+    first = tmp_path / "a.yaml"
+    first.write_text(
+        "rules:\n"
+        "  - name: dup\n"
+        "    match: {host: x.com, method: POST, path: /a}\n"
+        "    effect: non_idempotent\n"
+        "    key: a\n"
+        "  - name: both\n"
+        "    match: {host: x.com, method: POST, path: /b}\n"
+        "    effect: non_idempotent\n"
+        "    key: b\n"
+        "    timeout_s: -1\n"
+        "    on_unknown: probe\n"
+    )
+    second = tmp_path / "b.yaml"
+    second.write_text(
+        "rules:\n"
+        "  - name: dup\n"
+        "    match: {host: x.com, method: POST, path: /c}\n"
+        "    effect: non_idempotent\n"
+        "    key: c\n"
+        "    max_body_bytes: 0\n"
+        "  - name: keyless\n"
+        "    match: {host: y.com, method: POST, path: /d}\n"
+        "    effect: non_idempotent\n"
+    )
+    assert main(["rules", "check", str(first), str(second)]) == 1
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == ""
+    assert any(line.startswith(f"{first}:10: rules[1].timeout_s: ") for line in lines), lines
+    assert (
+        f"{first}:11: rules[1].on_unknown: 'on_unknown: probe' needs a 'probe' section "
+        "saying what to ask" in lines
+    )
+    assert any(line.startswith(f"{second}:6: rules[0].max_body_bytes: ") for line in lines)
+    assert f"{second}:2: duplicate rule name 'dup' (first defined at {first}:2)" in lines
+    assert any(
+        line.startswith(f"{second}:7: warning: rule keyless is non_idempotent") for line in lines
+    )
+    assert lines[-1] == "rules check: 4 problems, 1 warning"
+
+
+SHADOWED = """\
+rules:
+  - name: everything.on.x
+    match: {host: x.com, method: [POST, PUT]}
+    effect: non_idempotent
+    key: "{path}"
+  - name: x.things
+    match: {host: x.com, method: POST, path: /things}
+    effect: non_idempotent
+    key: "{body.name}"
+  - name: y.first
+    match: {host: y.com, method: POST, path: "/r/{owner}/things"}
+    effect: idempotent
+  - name: y.again
+    match: {host: y.com, method: POST, path: "/r/{name}/things/"}
+    effect: non_idempotent
+    key: "{body.name}"
+  - name: y.other
+    match: {host: y.com, method: POST, path: "/r/{owner}/stuff"}
+    effect: non_idempotent
+    key: "{body.name}"
+"""
+
+
+def test_shadowed_rules_are_warned_of_at_their_line_and_do_not_fail_the_check(tmp_path, capsys):
+    path = tmp_path / "shadow.yaml"
+    path.write_text(SHADOWED)
+    assert main(["rules", "check", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        f"{path}:6: warning: rule x.things can never match: rule everything.on.x ({path}:2) "
+        "comes first and matches every request it would",
+        f"{path}:13: warning: rule y.again can never match: rule y.first ({path}:10) "
+        "comes first and matches every request it would",
+    ]
+    assert out.splitlines()[-1] == "5 rules in 1 file ok (2 warnings)"

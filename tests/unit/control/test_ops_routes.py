@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from unittest import mock
 
+from sidecar.domain.model import EffectState
 from sidecar.errors import StoreUnavailable
 from sidecar.readiness import Readiness
 from sidecar.store.memory import MemoryStore
@@ -175,3 +176,16 @@ async def test_the_bearer_scheme_is_case_insensitive_and_odd_bytes_are_just_wron
     writer.close()
     await writer.wait_closed()
     assert status_line.split()[1] == b"401", status_line
+
+
+async def test_metrics_read_what_waits_for_a_human_and_the_live_leases(client, memory_store):
+    a = await claim(client)
+    await claim(client, task="313")
+    await memory_store.record_pending(
+        "312", "pr#1", a["attempt_id"], 1, kind="http", rule="r", fingerprint="f",
+        idempotency_key=None, request={},
+    )  # fmt: skip
+    await memory_store.transition_effect("312", "pr#1", a["attempt_id"], 1, EffectState.UNKNOWN)
+    text = await (await client.get("/metrics")).text()
+    assert "sidecar_effects_awaiting_human 1.0" in text
+    assert "sidecar_live_leases 2.0" in text

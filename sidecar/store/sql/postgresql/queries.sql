@@ -51,6 +51,11 @@ VALUES (%s, %s, %s, %s, %s);
 UPDATE attempts SET ended_at = %s, end_reason = %s, lease_until = %s
 WHERE attempt_id = %s AND ended_at IS NULL;
 
+-- name: note_attempt_exit
+UPDATE attempts SET exit_code = %s, exit_signal = %s, exit_error = %s, lease_lost = %s
+WHERE attempt_id = %s AND task = %s AND generation = %s
+  AND exit_code IS NULL AND exit_signal IS NULL AND NOT lease_lost;
+
 -- name: insert_checkpoint
 INSERT INTO checkpoints (task, seq, stage, attempt_id, generation, outputs, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, %s);
@@ -104,11 +109,13 @@ SELECT task, state, count(*)::int FROM effects GROUP BY task, state;
 SELECT task, state, count(*)::int FROM effects WHERE task = %s GROUP BY task, state;
 
 -- name: task_attempts
-SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until
+SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until,
+       exit_code, exit_signal, exit_error, lease_lost
 FROM attempts WHERE task = %s ORDER BY generation;
 
 -- name: attempt
-SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until
+SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until,
+       exit_code, exit_signal, exit_error, lease_lost
 FROM attempts WHERE attempt_id = %s;
 
 -- name: task_checkpoints
@@ -144,6 +151,52 @@ SELECT ev.task, ev.key, ev.event, ev.attempt_id, ev.generation, ev.at, ev.detail
 FROM unnest(%s::text[], %s::text[]) AS wanted (task, key)
 JOIN effect_events AS ev ON ev.task = wanted.task AND ev.key = wanted.key
 ORDER BY ev.id;
+
+-- name: gauges
+SELECT (SELECT count(*) FROM effects WHERE state = 'unknown'),
+       (SELECT count(*) FROM leases WHERE released_at IS NULL AND expires_at > %s);
+
+-- name: tasks_page
+-- Tasks newest first, after the cursor (created_at, task), filtered by the worker of
+-- their lease and by state: leased (a live lease at now), free (none), waiting (an
+-- effect waits for a human).  Parameters: after_at, after_at, after_task, worker, worker,
+-- state, now, now, limit.
+SELECT t.task, t.generation, t.checkpoint_seq, t.created_at, t.updated_at,
+       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at
+FROM tasks AS t
+LEFT JOIN leases AS l ON l.task = t.task
+WHERE (t.created_at < %s OR (t.created_at = %s AND t.task COLLATE "C" < %s))
+  AND (%s::text IS NULL OR l.worker = %s)
+  AND CASE %s::text
+        WHEN 'leased' THEN l.released_at IS NULL AND l.expires_at > %s
+        WHEN 'free' THEN l.task IS NULL OR l.released_at IS NOT NULL OR l.expires_at <= %s
+        WHEN 'waiting' THEN EXISTS (
+          SELECT 1 FROM effects AS e WHERE e.task = t.task AND e.state = 'unknown')
+        ELSE TRUE END
+ORDER BY t.created_at DESC, t.task COLLATE "C" DESC
+LIMIT %s;
+
+-- name: effect_counts_of
+SELECT task, state, count(*) FROM effects
+WHERE task = ANY(%s)
+GROUP BY task, state;
+
+-- name: effects_across
+-- Effects of every task newest first, after the cursor (created_at, task, key), filtered
+-- by state, task and rule.  Parameters: after_at, after_at, after_task, after_task,
+-- after_key, state, state, task, task, rule, rule, limit.
+SELECT task, key, state, kind, rule, origin_attempt_id, attempt_id, generation, fingerprint,
+       idempotency_key, request, response_status, response_headers, response_body, detail,
+       created_at, updated_at
+FROM effects
+WHERE (created_at < %s
+       OR (created_at = %s AND (task COLLATE "C" < %s
+                                  OR (task = %s AND key COLLATE "C" < %s))))
+  AND (%s::text IS NULL OR state = %s)
+  AND (%s::text IS NULL OR task = %s)
+  AND (%s::text IS NULL OR rule = %s)
+ORDER BY created_at DESC, task COLLATE "C" DESC, key COLLATE "C" DESC
+LIMIT %s;
 
 -- name: task_refusals
 SELECT task, operation, attempt_id, generation, current_generation, at, reason

@@ -52,6 +52,11 @@ VALUES (?, ?, ?, ?, ?);
 UPDATE attempts SET ended_at = ?, end_reason = ?, lease_until = ?
 WHERE attempt_id = ? AND ended_at IS NULL;
 
+-- name: note_attempt_exit
+UPDATE attempts SET exit_code = ?, exit_signal = ?, exit_error = ?, lease_lost = ?
+WHERE attempt_id = ? AND task = ? AND generation = ?
+  AND exit_code IS NULL AND exit_signal IS NULL AND lease_lost = 0;
+
 -- name: insert_checkpoint
 INSERT INTO checkpoints (task, seq, stage, attempt_id, generation, outputs, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?);
@@ -105,11 +110,13 @@ SELECT task, state, count(*) FROM effects GROUP BY task, state;
 SELECT task, state, count(*) FROM effects WHERE task = ? GROUP BY task, state;
 
 -- name: task_attempts
-SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until
+SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until,
+       exit_code, exit_signal, exit_error, lease_lost
 FROM attempts WHERE task = ? ORDER BY generation;
 
 -- name: attempt
-SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until
+SELECT attempt_id, task, generation, worker, claimed_at, ended_at, end_reason, lease_until,
+       exit_code, exit_signal, exit_error, lease_lost
 FROM attempts WHERE attempt_id = ?;
 
 -- name: task_checkpoints
@@ -146,6 +153,52 @@ FROM json_each(?) AS wanted
 JOIN effect_events AS ev
   ON ev.task = json_extract(wanted.value, '$[0]') AND ev.key = json_extract(wanted.value, '$[1]')
 ORDER BY ev.id;
+
+-- name: gauges
+SELECT (SELECT count(*) FROM effects WHERE state = 'unknown'),
+       (SELECT count(*) FROM leases WHERE released_at IS NULL AND expires_at > ?);
+
+-- name: tasks_page
+-- Tasks newest first, after the cursor (created_at, task), filtered by the worker of
+-- their lease and by state: leased (a live lease at now), free (none), waiting (an
+-- effect waits for a human).  Parameters: after_at, after_at, after_task, worker, worker,
+-- state, now, now, limit.
+SELECT t.task, t.generation, t.checkpoint_seq, t.created_at, t.updated_at,
+       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at
+FROM tasks AS t
+LEFT JOIN leases AS l ON l.task = t.task
+WHERE (t.created_at < ? OR (t.created_at = ? AND t.task < ?))
+  AND (? IS NULL OR l.worker = ?)
+  AND CASE ?
+        WHEN 'leased' THEN l.released_at IS NULL AND l.expires_at > ?
+        WHEN 'free' THEN l.task IS NULL OR l.released_at IS NOT NULL OR l.expires_at <= ?
+        WHEN 'waiting' THEN EXISTS (
+          SELECT 1 FROM effects AS e WHERE e.task = t.task AND e.state = 'unknown')
+        ELSE 1 END
+ORDER BY t.created_at DESC, t.task DESC
+LIMIT ?;
+
+-- name: effect_counts_of
+SELECT task, state, count(*) FROM effects
+WHERE task IN (SELECT value FROM json_each(?))
+GROUP BY task, state;
+
+-- name: effects_across
+-- Effects of every task newest first, after the cursor (created_at, task, key), filtered
+-- by state, task and rule.  Parameters: after_at, after_at, after_task, after_task,
+-- after_key, state, state, task, task, rule, rule, limit.
+SELECT task, key, state, kind, rule, origin_attempt_id, attempt_id, generation, fingerprint,
+       idempotency_key, request, response_status, response_headers, response_body, detail,
+       created_at, updated_at
+FROM effects
+WHERE (created_at < ?
+       OR (created_at = ? AND (task < ?
+                                  OR (task = ? AND key < ?))))
+  AND (? IS NULL OR state = ?)
+  AND (? IS NULL OR task = ?)
+  AND (? IS NULL OR rule = ?)
+ORDER BY created_at DESC, task DESC, key DESC
+LIMIT ?;
 
 -- name: task_refusals
 SELECT task, operation, attempt_id, generation, current_generation, at, reason

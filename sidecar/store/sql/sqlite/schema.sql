@@ -10,6 +10,7 @@ CREATE TABLE tasks (
     created_at      INTEGER NOT NULL,
     updated_at      INTEGER NOT NULL
 ) STRICT;
+CREATE INDEX tasks_by_created ON tasks (created_at);
 
 CREATE TABLE attempts (
     attempt_id  TEXT PRIMARY KEY,
@@ -20,6 +21,11 @@ CREATE TABLE attempts (
     ended_at    INTEGER,
     end_reason  TEXT CHECK (end_reason IN ('released', 'superseded', 'expired')),
     lease_until INTEGER,  -- once ended: the last moment its lease let it act (0002)
+    -- how its agent ended, as its worker reported it on release (0004)
+    exit_code   INTEGER CHECK (exit_code BETWEEN 0 AND 255),
+    exit_signal TEXT,
+    exit_error  TEXT,   -- the command could not be started (e.g. "command not found")
+    lease_lost  INTEGER NOT NULL DEFAULT 0 CHECK (lease_lost IN (0, 1)),
     UNIQUE (task, generation)
 ) STRICT;
 
@@ -68,6 +74,7 @@ CREATE TABLE effects (
 ) STRICT;
 
 CREATE INDEX effects_by_task_time ON effects (task, created_at, key);
+CREATE INDEX effects_by_state_time ON effects (state, created_at);
 
 CREATE TABLE effect_events (
     id          INTEGER PRIMARY KEY,

@@ -1,0 +1,98 @@
+"""The CLI's way to a running sidecar: ``--control URL`` and its bearer token.
+
+Verbs that read or change a running sidecar (``tasks``, ``effects``, ``effects
+resolve``) take ``--control`` as ``http://HOST:PORT`` or plain ``HOST:PORT``, and the
+token from ``--control-token-file`` or ``SIDECAR_CONTROL_TOKEN``.  Answers that are
+problems become the CLI's errors: 503 ``store_unavailable`` exits 5, 401 says how to
+give the token, anything else is the problem's detail with its status and code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from yarl import URL
+
+from sidecar import config
+from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
+
+TIMEOUT_S = 30.0
+
+
+def add_control_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--control",
+        metavar="URL",
+        help="a running sidecar's control API (http://HOST:PORT or HOST:PORT) instead of the store",
+    )
+    parser.add_argument(
+        "--control-token-file",
+        type=Path,
+        metavar="FILE",
+        help="its bearer token (or SIDECAR_CONTROL_TOKEN)",
+    )
+
+
+def control_url(given: str) -> str:
+    url = given.rstrip("/")
+    return url if "://" in url else f"http://{url}"
+
+
+class ControlClient:
+    """One session to a sidecar's control API; ``path`` arguments are already encoded."""
+
+    def __init__(self, given: str, token_file: Path | None) -> None:
+        self.base = control_url(given)
+        token = config.load({"control_token_file": token_file}).token()
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ControlClient:
+        timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
+        self._session = aiohttp.ClientSession(headers=self._headers, timeout=timeout)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def get(self, path: str, query: Mapping[str, str] | None = None) -> Any:
+        return await self.call("GET", path, query=query)
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+    ) -> Any:
+        assert self._session is not None, "use `async with ControlClient(...)`"
+        url = URL(f"{self.base}{path}", encoded=True)
+        if query:
+            url = url.update_query(dict(query))
+        try:
+            async with self._session.request(method, url, json=body) as response:
+                text = await response.text()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            why = str(exc) or type(exc).__name__
+            raise SidecarError(f"no sidecar answers at {self.base} ({why})") from exc
+        try:
+            found = json.loads(text)
+        except ValueError:
+            found = {"detail": text}
+        if 200 <= status < 300:
+            return found
+        problem = found if isinstance(found, dict) else {}
+        detail = f"{problem.get('detail', text)} ({status} {problem.get('code', '')})".strip()
+        if problem.get("code") == "store_unavailable":
+            raise StoreUnavailable(detail)
+        if status == 401:
+            raise ConfigError(f"{detail}: give --control-token-file or SIDECAR_CONTROL_TOKEN")
+        raise SidecarError(detail)
