@@ -30,7 +30,6 @@ HERE = Path(__file__).parent
 
 
 async def measure(seconds: float, effects: int, root: Path) -> dict[str, str]:
-    long_log.seed(root / "sidecar", effects)
     upstream = Child.python("sidecar.testing.upstream", stderr_path=root / "upstream.log")
     up = upstream.wait_for(r"upstream ready (\S+)").group(1)
     sidecar = Child.python(
@@ -100,6 +99,7 @@ def main() -> None:
     parser.add_argument("--effects", type=int, default=50_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-pages-") as tmp:
+        long_log.seed(Path(tmp) / "sidecar", args.effects)
         figures = asyncio.run(measure(args.seconds, args.effects, Path(tmp)))
     idle_p99 = ROWS[0][4]
     print(

@@ -171,6 +171,14 @@ def _file_layer(path: Path) -> dict[str, Any]:
 
 def load(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
     """Merge the layers; a bad value is a ConfigError naming where it came from."""
+    return load_with_origins(flags, config_file)[0]
+
+
+def load_with_origins(
+    flags: dict[str, Any], config_file: Path | None = None
+) -> tuple[Settings, dict[str, str]]:
+    """:func:`load`, and where each setting that is not a default came from (``"config
+    file FILE"``, ``"environment (SIDECAR_*)"``, ``"command line"``), by field name."""
     layers: list[tuple[str, dict[str, Any]]] = []
     if config_file is not None:
         layers.append((f"config file {config_file}", _file_layer(config_file)))
@@ -185,7 +193,7 @@ def load(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
         merged.update(values)
         origin.update(dict.fromkeys(values, name))
     try:
-        return Settings.model_validate(merged)
+        return Settings.model_validate(merged), origin
     except ValidationError as exc:
         problems = []
         for error in exc.errors():

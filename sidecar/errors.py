@@ -18,6 +18,7 @@ translated into :class:`StoreUnavailable` at the store boundary and nowhere else
     ├── TaskUnbound            a matched effect with no task to record it under (428)
     ├── Conflict
     │   ├── LeaseHeld          another worker's lease on the task is live
+    │   ├── TaskIsDone         the task was marked done: claims are refused until reopened
     │   ├── StaleGeneration    a write whose (attempt, generation) is not the task's current one
     │   ├── EffectExists       a second ``pending`` for a key the task already logged
     │   ├── EffectUnknown      an effect's outcome cannot be determined (needs a human)
@@ -26,6 +27,7 @@ translated into :class:`StoreUnavailable` at the store boundary and nowhere else
     │   └── InvalidTransition  an effect state change the state machine forbids
     ├── Unavailable            try again later (503)
     │   ├── StoreUnavailable   the store cannot durably record right now (fail closed)
+    │   │   └── SidecarUnreachable  no sidecar answers at a CLI's control address
     │   ├── NotReady           the sidecar is still starting (proxy, relay or lease not there yet)
     │   ├── LeaseExpiring      this sidecar's lease is about to expire un-renewed (self-fencing)
     │   ├── EffectSettling     an older attempt may still land the effect; wait before probing
@@ -148,6 +150,28 @@ class LeaseHeld(Conflict):
             "holder_attempt_id": self.attempt_id,
             "lease_expires_at": self.expires_at.isoformat(),
         }
+
+
+class TaskIsDone(Conflict):
+    """The task was marked done; it is not claimed again until it is reopened."""
+
+    code = "task_done"
+    title = "Task done"
+
+    def __init__(self, task: str, done_at: datetime, by: str, note: str | None) -> None:
+        self.task = task
+        self.done_at = done_at
+        self.by = by
+        self.note = note
+        why = f" ({note})" if note else ""
+        super().__init__(
+            f"task {task} was marked done by {by} at {done_at.isoformat()}{why}; "
+            f"reopen it first (sidecar tasks reopen {task})"
+        )
+
+    def extensions(self) -> dict[str, Any]:
+        return {"task": self.task, "done_at": self.done_at.isoformat(), "done_by": self.by,
+                "note": self.note}  # fmt: skip
 
 
 class StaleGeneration(Conflict):
@@ -333,6 +357,14 @@ class StoreUnavailable(Unavailable):
 
     code = "store_unavailable"
     title = "Store unavailable"
+
+
+class SidecarUnreachable(StoreUnavailable):
+    """No sidecar answers at the control address: nothing can be recorded through it (the
+    CLI exits 5, as for a store that is unavailable)."""
+
+    code = "sidecar_unreachable"
+    title = "No sidecar answers"
 
 
 class NotReady(Unavailable):

@@ -23,8 +23,10 @@ from sidecar.errors import (
     LeaseHeld,
     NotFound,
     SidecarError,
+    SidecarUnreachable,
     StaleGeneration,
     StoreUnavailable,
+    TaskIsDone,
     Unauthorized,
 )
 from sidecar.store import Store
@@ -83,9 +85,7 @@ class ControlLeases:
             async with self.session.post(url, json=body) as response:
                 data: dict[str, Any] = await response.json(content_type=None)
         except (aiohttp.ClientError, OSError, ValueError) as error:
-            raise StoreUnavailable(
-                f"cannot reach the sidecar at {self.base_url}: {error}"
-            ) from error
+            raise SidecarUnreachable(f"no sidecar answers at {self.base_url} ({error})") from error
         if response.status < 400:
             return data
         raise _problem_to_error(data, response.status)
@@ -147,6 +147,13 @@ def _problem_to_error(data: dict[str, Any], status: int) -> SidecarError:
             data["generation"],
             data["current_generation"],
             str(data.get("reason", detail)),
+        )
+    if code == "task_done":
+        return TaskIsDone(
+            str(data.get("task", "")),
+            datetime.fromisoformat(data["done_at"]),
+            str(data.get("done_by", "")),
+            data.get("note"),
         )
     errors: dict[str, type[SidecarError]] = {
         "not_found": NotFound,

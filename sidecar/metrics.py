@@ -62,6 +62,12 @@ class Metrics:
             "Claims refused because another worker's lease was live.",
             registry=self.registry,
         )
+        self.lease_takeovers = Counter(
+            "sidecar_lease_takeovers",
+            "Claims that ended an attempt which never released its lease (crashed, frozen "
+            "or evicted workers).",
+            registry=self.registry,
+        )
         self.stale_writes_refused = Counter(
             "sidecar_stale_writes_refused",
             "Writes refused because their generation was not the task's current one.",

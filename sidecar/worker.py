@@ -37,7 +37,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import aiohttp
 
 from sidecar.domain.model import AgentExit, Checkpoint
-from sidecar.errors import LeaseHeld, SidecarError, StoreUnavailable
+from sidecar.errors import LeaseHeld, SidecarError, SidecarUnreachable
 from sidecar.leasekeeper import ControlLeases, Held, LeaseKeeper
 from sidecar.trust import TRUST_VARIABLES
 
@@ -260,7 +260,7 @@ async def _proxy_info(session: aiohttp.ClientSession, control_url: str) -> dict[
         async with session.get(url) as response:
             data: dict[str, Any] = await response.json(content_type=None)
     except (aiohttp.ClientError, OSError, ValueError) as error:
-        raise StoreUnavailable(
+        raise SidecarUnreachable(
             f"no sidecar answers at {control_url} ({error}); start one with `sidecar serve`"
         ) from error
     if response.status != 200:
@@ -374,7 +374,7 @@ async def _get(session: aiohttp.ClientSession, url: str, params: dict[str, str])
         async with session.get(url, params=params) as response:
             data: dict[str, Any] = await response.json(content_type=None)
     except (aiohttp.ClientError, OSError, ValueError) as error:
-        raise StoreUnavailable(f"{url}: {error}") from error
+        raise SidecarUnreachable(f"{url}: {error}") from error
     if response.status != 200:
         raise SidecarError(f"{url}: {data.get('detail', response.status)}")
     return data

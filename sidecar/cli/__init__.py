@@ -1,13 +1,17 @@
 """The ``sidecar`` command: parses arguments and calls into the package; nothing else.
 
 Each verb lives in its own module with ``register(subparsers)``; the module's ``run``
-returns the process exit code.
+returns the process exit code, or raises: :data:`EXIT_CODES` turns the error into the
+exit code here, the one place for every verb (SPEC §5; docs/reference.md has the
+table).  ``exec`` also exits with its agent's status, 75 when its lease was lost, and 127
+when the command does not exist.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -17,6 +21,7 @@ from sidecar.cli import (
     emulate,
     inject,
     inspect,
+    lifecycle,
     redirect,
     resolve,
     rules,
@@ -24,9 +29,43 @@ from sidecar.cli import (
     webhook,
 )
 from sidecar.cli import exec as exec_
-from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
+from sidecar.control.schemas import TASK_PATTERN
+from sidecar.errors import (
+    ConfigError,
+    EffectUnknown,
+    InvalidRequest,
+    LeaseHeld,
+    SidecarError,
+    StoreUnavailable,
+)
 
-VERBS = (serve, exec_, inspect, rules, emulate, demo, inject, webhook, redirect)
+VERBS = (serve, exec_, inspect, rules, emulate, demo, inject, webhook, redirect, lifecycle)
+
+USAGE_EXIT = 2
+#: Errors to exit codes, the first that matches wins (SPEC §5). argparse exits 2 itself.
+EXIT_CODES: tuple[tuple[type[SidecarError], int], ...] = (
+    (LeaseHeld, 4),  # another live worker holds the task's lease (a claim, exec)
+    (EffectUnknown, 3),  # CANNOT DETERMINE: an effect waits for a human
+    (StoreUnavailable, 5),  # the store, or the sidecar in front of it, does not answer
+    (ConfigError, USAGE_EXIT),  # bad flags, environment, config or rule files
+    (InvalidRequest, USAGE_EXIT),  # a value the control API refuses (e.g. a task id)
+    (SidecarError, 1),  # anything else: an unknown task, a refused resolution, ...
+)
+
+
+def exit_code(error: SidecarError) -> int:
+    return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
+
+
+def _bad_task(args: argparse.Namespace) -> str | None:
+    """Every verb's task id (``TASK``, ``--task``) is checked here, before anything runs."""
+    task = getattr(args, "task", None)
+    if not isinstance(task, str) or re.fullmatch(TASK_PATTERN, task):
+        return None
+    return (
+        f"task id {task!r} is not valid: 1-128 letters, digits and . _ : @ -, "
+        "starting with a letter or digit"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sidecar",
         description="effect-sidecar: lets AI agents crash and resume without repeating "
         "side effects.",
+        epilog="Exit codes: 0 ok; 1 error (e.g. an unknown task); 2 usage (bad flags, "
+        "settings or task id); 3 CANNOT DETERMINE, an effect waits for a human; 4 the "
+        "task's lease is held by another live worker; 5 store unavailable, or no sidecar "
+        "answers; exec: its command's status, 75 lease lost, 127 command not found.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {sidecar.__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -48,19 +91,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `effects TASK` keeps its positional; `effects resolve ...` is a verb of its own
         # (a task named "resolve": `sidecar effects -- resolve`).
         args = resolve.build_parser().parse_args(words[2:])
+    elif words[:1] == ["tasks"] and words[1:2] in (["done"], ["reopen"]):
+        # the same for `tasks done|reopen TASK` (a task named done: `sidecar tasks -- done`)
+        args = lifecycle.build_tasks_parser(words[1]).parse_args(words[2:])
     else:
         args = build_parser().parse_args(words)
+    bad = _bad_task(args)
+    if bad is not None:
+        print(f"sidecar: {bad}", file=sys.stderr)
+        return USAGE_EXIT
     try:
         code: int = args.run(args)
-    except ConfigError as error:
-        print(f"sidecar: {error.detail}", file=sys.stderr)
-        return 2
-    except StoreUnavailable as error:
-        print(f"sidecar: {error.detail}", file=sys.stderr)
-        return 5
     except SidecarError as error:
         print(f"sidecar: {error.detail}", file=sys.stderr)
-        return 1
+        return exit_code(error)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -3,8 +3,10 @@
 Verbs that read or change a running sidecar (``tasks``, ``effects``, ``effects
 resolve``) take ``--control`` as ``http://HOST:PORT`` or plain ``HOST:PORT``, and the
 token from ``--control-token-file`` or ``SIDECAR_CONTROL_TOKEN``.  Answers that are
-problems become the CLI's errors: 503 ``store_unavailable`` exits 5, 401 says how to
-give the token, anything else is the problem's detail with its status and code.
+problems become the CLI's errors (``sidecar.cli.main`` turns them into exit codes):
+``lease_held`` exits 4, ``effect_unknown`` 3, 503 ``store_unavailable`` and no sidecar
+answering 5, ``invalid_request`` 2, 401 (2) says how to give the token, anything else is
+the problem's detail with its status and code (1).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,16 @@ import aiohttp
 from yarl import URL
 
 from sidecar import config
-from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
+from sidecar.errors import (
+    ConfigError,
+    EffectUnknown,
+    InvalidRequest,
+    LeaseHeld,
+    NotFound,
+    SidecarError,
+    SidecarUnreachable,
+    StoreUnavailable,
+)
 
 TIMEOUT_S = 30.0
 
@@ -82,7 +94,7 @@ class ControlClient:
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             why = str(exc) or type(exc).__name__
-            raise SidecarError(f"no sidecar answers at {self.base} ({why})") from exc
+            raise SidecarUnreachable(f"no sidecar answers at {self.base} ({why})") from exc
         try:
             found = json.loads(text)
         except ValueError:
@@ -91,8 +103,28 @@ class ControlClient:
             return found
         problem = found if isinstance(found, dict) else {}
         detail = f"{problem.get('detail', text)} ({status} {problem.get('code', '')})".strip()
-        if problem.get("code") == "store_unavailable":
-            raise StoreUnavailable(detail)
-        if status == 401:
-            raise ConfigError(f"{detail}: give --control-token-file or SIDECAR_CONTROL_TOKEN")
-        raise SidecarError(detail)
+        raise problem_error(problem, status, detail)
+
+
+def problem_error(problem: Mapping[str, Any], status: int, detail: str) -> SidecarError:
+    """A problem+json answer as the error ``sidecar.cli.main`` gives its exit code."""
+    code = problem.get("code")
+    if code == "lease_held" and {"task", "holder", "holder_attempt_id", "lease_expires_at"} <= set(
+        problem
+    ):
+        return LeaseHeld(
+            str(problem["task"]),
+            str(problem["holder"]),
+            str(problem["holder_attempt_id"]),
+            datetime.fromisoformat(str(problem["lease_expires_at"])),
+        )
+    if code == "effect_unknown":
+        return EffectUnknown(str(problem.get("task")), str(problem.get("effect_key")), detail)
+    if status == 401:
+        return ConfigError(f"{detail}: give --control-token-file or SIDECAR_CONTROL_TOKEN")
+    errors: dict[str, type[SidecarError]] = {
+        "store_unavailable": StoreUnavailable,
+        "not_found": NotFound,
+        "invalid_request": InvalidRequest,
+    }
+    return errors.get(str(code), SidecarError)(detail)

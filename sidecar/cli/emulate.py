@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import logs
+from sidecar.cli.options import add_deprecated_alias, deprecated
 from sidecar.errors import ConfigError
 
 DEFAULT_GITHUB_LISTEN = "127.0.0.1:7310"
@@ -26,7 +27,7 @@ def register(verbs: Any) -> None:
         help="GitHub: REST API and git smart HTTP",
         description="Emulate GitHub: the REST API (repositories, refs, pull requests, "
         "comments, labels, releases, contents; also under /api/v3) and git clone/fetch/push "
-        "over HTTP, on bare repositories in DIR/repos with the rest in DIR/state.json. "
+        "over HTTP, on bare repositories in DATA_DIR/repos with the rest in DATA_DIR/state.json. "
         "Serves HTTPS instead when given --tls-cert and --tls-key. Prints 'github emulator "
         "ready http://HOST:PORT' (https:// with TLS) and runs until SIGTERM/SIGINT.",
     )
@@ -37,8 +38,9 @@ def register(verbs: Any) -> None:
         help=f"address to serve on (default {DEFAULT_GITHUB_LISTEN}; port 0 picks one)",
     )
     github.add_argument(
-        "--data", type=Path, required=True, metavar="DIR", help="where repositories and state live"
+        "--data-dir", type=Path, metavar="DIR", help="where repositories and state live (required)"
     )
+    add_deprecated_alias(github, "--data", "--data-dir", type=Path, metavar="DIR")
     github.add_argument(
         "--tls-cert",
         type=Path,
@@ -81,6 +83,9 @@ def run_github(args: argparse.Namespace) -> int:
     from sidecar.emulators.faults import Late  # noqa: PLC0415
     from sidecar.tls import server_context  # noqa: PLC0415
 
+    data_dir = deprecated(args, "--data", args.data_dir)
+    if data_dir is None:
+        raise ConfigError("give --data-dir DIR: where the emulator keeps repositories and state")
     logs.configure(args.log_level)
     late = [Late.parse(spec) for spec in args.late]
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -90,7 +95,7 @@ def run_github(args: argparse.Namespace) -> int:
     asyncio.run(
         github.serve(
             args.listen,
-            args.data,
+            data_dir,
             api_url=args.api_url,
             web_url=args.web_url,
             late=late,

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
-import sys
 from pathlib import Path
 from typing import Any
 
 from sidecar import config, logs, worker
-from sidecar.errors import ConfigError, LeaseHeld
-
-LEASE_HELD_EXIT = 4  # SPEC §5: the lease is held by another live worker
+from sidecar.cli.control_client import control_url
+from sidecar.cli.options import add_config_option, add_deprecated_alias, deprecated
+from sidecar.config import DEFAULT_CONTROL_LISTEN
+from sidecar.errors import ConfigError, LeaseHeld, SidecarUnreachable
 
 
 def register(verbs: Any) -> None:
@@ -30,7 +29,10 @@ def register(verbs: Any) -> None:
     )
     parser.add_argument("--task", required=True, metavar="ID")
     parser.add_argument("--worker", metavar="NAME", help="default: this host's name")
-    parser.add_argument("--ttl-s", type=float, default=60.0, metavar="S", help="lease (60)")
+    parser.add_argument(
+        "--lease-ttl-s", type=float, metavar="S", help="the lease, renewed every S/3 (60)"
+    )
+    add_deprecated_alias(parser, "--ttl-s", "--lease-ttl-s", type=float, metavar="S")
     parser.add_argument(
         "--wait-s",
         type=float,
@@ -41,9 +43,16 @@ def register(verbs: Any) -> None:
     parser.add_argument(
         "--control",
         metavar="URL",
-        help=f"the sidecar's control API (default http://{config.DEFAULT_CONTROL_LISTEN})",
+        help="the sidecar's control API, http://HOST:PORT or HOST:PORT (default: "
+        f"control_listen of --config or SIDECAR_CONTROL_LISTEN, else {DEFAULT_CONTROL_LISTEN})",
     )
-    parser.add_argument("--control-token-file", type=Path, metavar="FILE")
+    parser.add_argument(
+        "--control-token-file",
+        type=Path,
+        metavar="FILE",
+        help="its bearer token (or control_token_file / SIDECAR_CONTROL_TOKEN)",
+    )
+    add_config_option(parser)
     parser.add_argument(
         "--quiet",
         action="store_true",
@@ -56,14 +65,42 @@ def register(verbs: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def control_of(args: argparse.Namespace) -> tuple[str, config.Settings, str]:
+    """The control URL exec talks to, the settings it read, and where the URL came from:
+    ``--control``, else ``control_listen`` of the config file or ``SIDECAR_*``
+    environment (what ``serve`` listens on), else the default."""
+    lease_ttl_s = deprecated(args, "--ttl-s", args.lease_ttl_s)
+    settings, origins = config.load_with_origins(
+        {
+            "control_token_file": args.control_token_file,
+            "lease_ttl_s": lease_ttl_s,
+            "worker": args.worker,
+        },
+        args.config,
+    )
+    if args.control:
+        return control_url(args.control), settings, "--control"
+    host, port = config.parse_listen(settings.control_listen)
+    # serve listening on every address is reached on loopback
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104
+    origin = origins.get("control_listen", "")
+    where = (
+        "SIDECAR_CONTROL_LISTEN"
+        if origin.startswith("environment")
+        else f"control_listen of the {origin}"
+        if origin
+        else "the default control address"
+    )
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}", settings, where
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise ConfigError(
             "give the command to run after --, e.g. sidecar exec --task 312 -- python agent.py"
         )
-    settings = config.load({"control_token_file": args.control_token_file})
-    control = args.control or f"http://{settings.control_listen}"
+    control, settings, where = control_of(args)
     logs.configure(args.log_level)
     try:
         return asyncio.run(
@@ -72,13 +109,16 @@ def run(args: argparse.Namespace) -> int:
                 control_url=control,
                 token=settings.token(),
                 task=args.task,
-                worker=args.worker or socket.gethostname(),
-                ttl_s=args.ttl_s,
+                worker=settings.worker,
+                ttl_s=settings.lease_ttl_s,
                 wait_s=args.wait_s,
                 notes=worker.Notes(quiet=args.quiet),
             )
         )
     except LeaseHeld as held:
-        waited = f" (waited {args.wait_s:g}s)" if args.wait_s > 0 else " (see --wait-s)"
-        print(f"sidecar: {held.detail}{waited}", file=sys.stderr)
-        return LEASE_HELD_EXIT
+        # main() maps LeaseHeld to exit 4 (SPEC §5); say whether exec waited.
+        held.detail += f" (waited {args.wait_s:g}s)" if args.wait_s > 0 else " (see --wait-s)"
+        raise
+    except SidecarUnreachable as error:
+        error.detail += f" (the address is {where}; give --control HOST:PORT)"
+        raise

@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from sidecar.cli import tables
+from sidecar.cli import lifecycle, tables
 from sidecar.cli.control_client import ControlClient, add_control_options
 from sidecar.cli.options import add_store_options, settings
 from sidecar.clock import SystemClock
@@ -33,7 +33,7 @@ from sidecar.control.schemas import (
     TaskSummary,
 )
 from sidecar.domain.model import EffectEvent
-from sidecar.errors import NotFound
+from sidecar.errors import ConfigError, NotFound
 from sidecar.store import Store, create_store
 from sidecar.store.base import TASK_STATES, TaskFilter
 
@@ -49,7 +49,12 @@ def register(verbs: Any) -> None:
         "every attempt and how it ended, the checkpoint history and any writes refused by "
         "fencing.",
     )
-    tasks.add_argument("task", nargs="?", metavar="TASK")
+    tasks.add_argument(
+        "task",
+        nargs="?",
+        metavar="TASK",
+        help="one task (`sidecar tasks done|reopen TASK`: see their --help)",
+    )
     tasks.add_argument("--state", choices=TASK_STATES, help="only tasks in this state")
     tasks.add_argument("--worker", help="only tasks whose lease is this worker's")
     _common(tasks)
@@ -65,7 +70,23 @@ def register(verbs: Any) -> None:
         "--note TEXT (see `sidecar effects resolve --help`; a task named resolve: "
         "`sidecar effects -- resolve`).",
     )
-    effects.add_argument("task", metavar="TASK")
+    effects.add_argument("task", nargs="?", metavar="TASK")
+    export = effects.add_argument_group(
+        "export (--jsonl): the audit trail to archive, e.g. before `sidecar prune`"
+    )
+    export.add_argument(
+        "--jsonl",
+        action="store_true",
+        help="one JSON object per effect, with its audit trail, per line, newest first; "
+        "every task's unless TASK or --task is given",
+    )
+    export.add_argument(
+        "--since",
+        type=lifecycle.since,
+        metavar="AGE|TIME",
+        help="only effects first recorded since then: 30d, 12h, 90m or an ISO-8601 time",
+    )
+    export.add_argument("--task", dest="task_filter", metavar="TASK", help="only this task's")
     _common(effects)
     effects.set_defaults(run=lambda a: asyncio.run(_effects(a)))
 
@@ -263,6 +284,12 @@ def _compact(value: object) -> str:
 
 
 async def _effects(args: argparse.Namespace) -> int:
+    if args.jsonl:
+        return await lifecycle.export_jsonl(args)
+    if args.since is not None or args.task_filter is not None:
+        raise ConfigError("--since and --task go with --jsonl")
+    if args.task is None:
+        raise ConfigError("give TASK, or --jsonl to export every task's effects")
     async with _source(args) as source:
         effects, more = await source.effects(args.task, args.limit)
     if args.json:

@@ -3,15 +3,49 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import Any
 
 from sidecar import config
 
 
-def add_store_options(parser: argparse.ArgumentParser) -> None:
+def add_config_option(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE``: the YAML settings file every verb with settings reads (under
+    ``SIDECAR_*`` environment variables and the flags; see :mod:`sidecar.config`)."""
     parser.add_argument(
         "--config", type=Path, metavar="FILE", help="YAML file of settings (keys as the flags)"
     )
+
+
+def add_deprecated_alias(
+    parser: argparse.ArgumentParser, old: str, new: str, **kwargs: Any
+) -> None:
+    """``old``, hidden from ``--help``, still accepted for ``new``: :func:`deprecated`
+    picks it up (and says so) when ``new`` was not given."""
+    dest = "deprecated_" + old.lstrip("-").replace("-", "_")
+    parser.add_argument(old, dest=dest, help=argparse.SUPPRESS, **kwargs)
+    parser.set_defaults(**{dest: None})
+    _ALIASES[dest] = (old, new)
+
+
+_ALIASES: dict[str, tuple[str, str]] = {}
+
+
+def deprecated(args: argparse.Namespace, old: str, given: Any) -> Any:
+    """The value of the flag whose deprecated spelling is ``old``: ``given`` (the new
+    flag's value) if set, else the old flag's, with a note on stderr."""
+    dest = "deprecated_" + old.lstrip("-").replace("-", "_")
+    value = getattr(args, dest, None)
+    if given is not None or value is None:
+        return given
+    _, new = _ALIASES.get(dest, (old, "?"))
+    print(f"sidecar: {old} is deprecated; use {new}", file=sys.stderr)
+    return value
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    add_config_option(parser)
     parser.add_argument(
         "--store",
         metavar="URL",

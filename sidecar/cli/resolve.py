@@ -55,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         "key), or --as abandoned (later attempts are refused). Recorded in the effect's "
         "audit trail with --by and --note. Refused (exit 1) while an attempt could still "
         "land the effect, or when it is settled already.",
-        epilog="Exit codes: 0 resolved, 1 refused or failed, 2 usage, 5 store unavailable. "
-        "Reads a running sidecar with --control, else the store (--data-dir/--store).",
+        epilog="Exit codes: 0 resolved, 1 refused or failed, 2 usage, 5 store unavailable or "
+        "no sidecar answers. Reads a running sidecar with --control, else the store "
+        "(--data-dir/--store).",
     )
     parser.add_argument("task", metavar="TASK")
     parser.add_argument(

@@ -22,7 +22,7 @@ from typing import Any
 from sidecar.domain.ids import idempotency_key
 from sidecar.errors import ConfigError
 from sidecar.rules import HttpRequestFacts, RuleMatch, RuleProblem, RuleSet, fingerprint
-from sidecar.rules.loader import check_rules
+from sidecar.rules.loader import RuleReport, check_rules
 from sidecar.rules.matcher import SqlRuleMatch, http_match
 from sidecar.rules.model import EffectKind, OnUnknown, Protocol, Rule
 from sidecar.rules.shapes import as_template, request_shape
@@ -52,6 +52,11 @@ def register(verbs: Any) -> None:
         "otherwise (warnings included), printing one line per valid file.",
     )
     check.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    check.add_argument(
+        "--json",
+        action="store_true",
+        help="print {ok, rules, problems, warnings} as JSON (problems as {file, line, message})",
+    )
     check.set_defaults(run=run_check)
 
     explain = sub.add_parser(
@@ -97,8 +102,23 @@ def register(verbs: Any) -> None:
 # ---- check -------------------------------------------------------------------------------
 
 
+def _check_json(report: RuleReport) -> dict[str, Any]:
+    def entries(found: list[RuleProblem]) -> list[dict[str, Any]]:
+        return [{"file": str(p.file), "line": p.line, "message": p.message} for p in found]
+
+    return {
+        "ok": not report.problems,
+        "rules": [] if report.problems else [rule.name for rule in report.rules],
+        "problems": entries(report.problems),
+        "warnings": entries(report.warnings),
+    }
+
+
 def run_check(args: argparse.Namespace) -> int:
     report = check_rules(args.paths)
+    if args.json:
+        print(json.dumps(_check_json(report), indent=2))
+        return 1 if report.problems else 0
     for problem in report.problems:
         print(problem, file=sys.stderr)
     for warning in report.warnings:

@@ -47,7 +47,7 @@ def register(verbs: Any) -> None:
         action="append",
         metavar="PATH",
         help="rule file or folder, repeatable (default: the shipped github, "
-        "idempotency-key, generic and postgres packs; llm-cache is opt-in)",
+        "idempotency-key, generic, webhooks and postgres packs; llm-cache is opt-in)",
     )
     parser.add_argument(
         "--route",

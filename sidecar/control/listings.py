@@ -1,6 +1,6 @@
 """Listings across tasks: every task, and effects of any task (what waits for a human).
 
-``GET /v1/tasks`` lists tasks newest first, filtered by state (leased, free, waiting)
+``GET /v1/tasks`` lists tasks newest first, filtered by state (leased, free, waiting, done)
 and by the worker of their lease; ``GET /v1/effects`` lists effects of every task newest
 first, filtered by state, task and rule - ``?state=unknown`` is what waits for a human.
 Both are cursor-paginated (:mod:`sidecar.control.pages`) and built off the event loop.
@@ -76,7 +76,7 @@ def _task_page(views: list[TaskView], limit: int, now: datetime) -> bytes:
 @api.route(
     "GET",
     "/v1/tasks",
-    summary="Tasks, newest first, a page at a time; ?state=leased|free|waiting, ?worker=.",
+    summary="Tasks, newest first, a page at a time; ?state=leased|free|waiting|done, ?worker=.",
     answer=TaskPage,
     problems=_PROBLEMS,
     paginated=True,

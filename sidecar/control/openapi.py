@@ -21,6 +21,7 @@ _PROBLEM_STATUS = {
     "unauthorized": 401,
     "not_found": 404,
     "lease_held": 409,
+    "task_done": 409,
     "stale_generation": 409,
     "not_waiting_for_a_human": 409,
     "store_unavailable": 503,

@@ -23,10 +23,11 @@ from sidecar.domain.model import (
     EffectState,
     FenceRefusal,
     Lease,
+    Mark,
     TaskState,
     TaskView,
 )
-from sidecar.domain.text import MAX_INT64
+from sidecar.domain.text import MAX_INT64, text_problem
 
 TASK_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
@@ -124,6 +125,47 @@ class ReleaseRequest(Request):
     )
 
 
+Note = Annotated[str, Field(min_length=1, max_length=4096, description="Why.")]
+By = Annotated[str, Field(min_length=1, max_length=256, description="Who.")]
+
+
+def _clean(**texts: str | None) -> None:
+    for name, text in texts.items():
+        if text is None:
+            continue
+        if not text.strip():
+            raise ValueError(f"{name} must not be blank")
+        if (why := text_problem(text)) is not None:
+            raise ValueError(f"{name}: {why}")
+
+
+class DoneRequest(Request):
+    """By the lease holder: its ``attempt_id`` and ``generation`` (its lease is released
+    with it).  By an operator: neither, only while no lease is live (409 lease_held)."""
+
+    attempt_id: AttemptId | None = None
+    generation: Generation | None = None
+    note: Note | None = None
+    by: By | None = Field(default=None, description="Who (default: the attempt id, or `operator`).")
+
+    @model_validator(mode="after")
+    def _token_whole(self) -> DoneRequest:
+        if (self.attempt_id is None) != (self.generation is None):
+            raise ValueError("give attempt_id and generation together, or neither")
+        _clean(note=self.note, by=self.by)
+        return self
+
+
+class ReopenRequest(Request):
+    note: Note
+    by: By
+
+    @model_validator(mode="after")
+    def _texts(self) -> ReopenRequest:
+        _clean(note=self.note, by=self.by)
+        return self
+
+
 class CheckpointRequest(Request):
     attempt_id: AttemptId
     generation: Generation
@@ -211,6 +253,16 @@ class LeaseOut(Response):
             released_at=lease.released_at,
             live=lease.is_live(now),
         )
+
+
+class MarkOut(Response):
+    at: datetime
+    by: str
+    note: str | None
+
+    @classmethod
+    def of(cls, mark: Mark | None) -> MarkOut | None:
+        return None if mark is None else cls(at=mark.at, by=mark.by, note=mark.note)
 
 
 class LeaseResponse(Response):
@@ -308,6 +360,10 @@ class TaskOut(Response):
     last_checkpoint: CheckpointOut | None
     effects: dict[str, int] = Field(description="Effect counts by state.")
     refused_writes: list[RefusalOut] = Field(description="Writes fenced off for this task.")
+    done: MarkOut | None = Field(
+        default=None, description="Set while the task is done: claims get 409 task_done."
+    )
+    reopened: MarkOut | None = Field(default=None, description="Its last reopening.")
 
     @classmethod
     def of(cls, view: TaskView, refusals: list[FenceRefusal], now: datetime) -> TaskOut:
@@ -331,6 +387,8 @@ class TaskOut(Response):
             else None,
             effects=counts,
             refused_writes=[RefusalOut.of(r) for r in refusals],
+            done=MarkOut.of(state.done),
+            reopened=MarkOut.of(state.reopened),
         )
 
 
@@ -464,22 +522,25 @@ class TaskSummary(Response):
 
     task: str
     generation: int
-    state: str = Field(description="leased (a live lease) or free.")
+    state: str = Field(description="leased (a live lease), done (marked done) or free.")
     waiting_for_human: int = Field(description="Effects whose outcome a human must settle.")
     lease: LeaseOut | None
     last_checkpoint: CheckpointOut | None
     effects: dict[str, int] = Field(description="Effect counts by state.")
     created_at: datetime
     updated_at: datetime
+    done: MarkOut | None = Field(default=None, description="Set while the task is done.")
 
     @classmethod
     def of(cls, view: TaskView, now: datetime) -> TaskSummary:
         state = view.state
         lease = state.lease
+        live = lease is not None and lease.is_live(now)
         return cls(
             task=state.task,
             generation=state.generation,
-            state="leased" if lease is not None and lease.is_live(now) else "free",
+            state="leased" if live else "done" if state.done is not None else "free",
+            done=MarkOut.of(state.done),
             waiting_for_human=view.effect_counts.get(EffectState.UNKNOWN.value, 0),
             lease=LeaseOut.of(lease, now) if lease else None,
             last_checkpoint=CheckpointOut.of(view.last_checkpoint)

@@ -1,4 +1,4 @@
-"""Routes of the task resource: claim, heartbeat, release, and the task's state."""
+"""Routes of the task resource: claim, heartbeat, release, done, reopen, and its state."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from sidecar.control.keys import BEFORE_RELEASE, CLOCK, STORE
 from sidecar.control.schemas import (
     ClaimRequest,
     ClaimResponse,
+    DoneRequest,
     HeartbeatRequest,
     LeaseResponse,
     ReleaseRequest,
+    ReopenRequest,
     TaskOut,
 )
 from sidecar.errors import NotFound
@@ -26,7 +28,7 @@ _WRITE_PROBLEMS = ("invalid_request", "store_unavailable", "unauthorized")
     summary="Start a new attempt: new attempt id, generation + 1, lease until now + ttl_s.",
     body=ClaimRequest,
     answer=ClaimResponse,
-    problems=("lease_held", *_WRITE_PROBLEMS),
+    problems=("lease_held", "task_done", *_WRITE_PROBLEMS),
 )
 async def claim(request: web.Request) -> web.Response:
     task = task_param(request)
@@ -73,18 +75,61 @@ async def release(request: web.Request) -> web.Response:
     return json_answer(LeaseResponse.of(state, request.app[CLOCK].now()))
 
 
-@api.route(
-    "GET",
-    "/v1/tasks/{task}",
-    summary="Lease, attempts, last checkpoint, effect counts by state, refused writes.",
-    answer=TaskOut,
-    problems=("not_found", "invalid_request", "store_unavailable", "unauthorized"),
-)
-async def get_task(request: web.Request) -> web.Response:
-    task = task_param(request)
+async def _task_out(request: web.Request, task: str) -> web.Response:
     store = request.app[STORE]
     view = await store.task_view(task)
     if view is None:
         raise NotFound(f"task {task} has never been claimed")
     refusals = await store.refusals(task)
     return json_answer(TaskOut.of(view, refusals, request.app[CLOCK].now()))
+
+
+@api.route(
+    "POST",
+    "/v1/tasks/{task}/done",
+    summary="Mark the task done: claims get 409 task_done until it is reopened. By the "
+    "lease holder with its attempt_id and generation (its lease is released), or by an "
+    "operator without them while no lease is live (409 lease_held otherwise). Marking a "
+    "done task done again changes nothing.",
+    body=DoneRequest,
+    answer=TaskOut,
+    problems=("lease_held", "stale_generation", "not_found", *_WRITE_PROBLEMS),
+)
+async def done(request: web.Request) -> web.Response:
+    task = task_param(request)
+    body = await parse_body(request, DoneRequest)
+    token = None
+    if body.attempt_id is not None and body.generation is not None:
+        token = (body.attempt_id, body.generation)
+    by = (body.by or (body.attempt_id if token else None) or "operator").strip()
+    note = body.note.strip() if body.note is not None else None
+    await request.app[STORE].mark_done(task, by, note, token)
+    return await _task_out(request, task)
+
+
+@api.route(
+    "POST",
+    "/v1/tasks/{task}/reopen",
+    summary="Make a done task claimable again; who reopened it and why are kept. "
+    "Reopening a task that is not done changes nothing.",
+    body=ReopenRequest,
+    answer=TaskOut,
+    problems=("not_found", *_WRITE_PROBLEMS),
+)
+async def reopen(request: web.Request) -> web.Response:
+    task = task_param(request)
+    body = await parse_body(request, ReopenRequest)
+    await request.app[STORE].reopen(task, body.by.strip(), body.note.strip())
+    return await _task_out(request, task)
+
+
+@api.route(
+    "GET",
+    "/v1/tasks/{task}",
+    summary="Lease, attempts, last checkpoint, effect counts by state, refused writes, "
+    "done/reopened.",
+    answer=TaskOut,
+    problems=("not_found", "invalid_request", "store_unavailable", "unauthorized"),
+)
+async def get_task(request: web.Request) -> web.Response:
+    return await _task_out(request, task_param(request))

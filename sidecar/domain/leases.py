@@ -1,6 +1,6 @@
 """Claim leases and fencing: who owns a task, and whose writes are still accepted.
 
-Decisions (documented in the README, relied on by the proxy):
+Decisions (documented in docs/leases.md, relied on by the proxy):
 
 * A claim is granted when the task has no live lease, or when the live lease belongs to
   the *same worker name*.  The latter is a takeover by that worker: a worker restarted
@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sidecar.domain.model import Attempt, AttemptEnd, Lease, TaskState
-from sidecar.errors import InvalidRequest, LeaseHeld, NotFound, StaleGeneration
+from sidecar.errors import InvalidRequest, LeaseHeld, NotFound, StaleGeneration, TaskIsDone
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +52,12 @@ def claim(
     now: datetime,
     attempt_id: str,
 ) -> ClaimOutcome:
-    """Grant ``worker`` a new attempt on ``task`` or raise :class:`LeaseHeld`."""
+    """Grant ``worker`` a new attempt on ``task`` or raise :class:`LeaseHeld` (or
+    :class:`TaskIsDone` for a task marked done and not reopened)."""
     expires_at = _lease_until(now, ttl_s)
+    if state is not None and state.done is not None:
+        done = state.done
+        raise TaskIsDone(task, done.at, done.by, done.note)
     previous = state.lease if state else None
     ended: EndedAttempt | None = None
     if previous is not None:
@@ -78,6 +82,7 @@ def claim(
         created_at=state.created_at if state else now,
         updated_at=now,
         lease=lease,
+        reopened=state.reopened if state else None,
     )
     attempt = Attempt(
         attempt_id=attempt_id, task=task, generation=generation, worker=worker, claimed_at=now

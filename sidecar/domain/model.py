@@ -27,6 +27,15 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class Mark:
+    """Who changed a task's lifecycle (marked it done, or reopened it), when and why."""
+
+    at: datetime
+    by: str
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TaskState:
     """The fencing-relevant state of one task: its current generation and lease."""
 
@@ -36,13 +45,24 @@ class TaskState:
     created_at: datetime
     updated_at: datetime
     lease: Lease | None = None
+    #: set while the task is done (claims are refused until it is reopened).
+    done: Mark | None = None
+    #: the last reopening of a task that was done.
+    reopened: Mark | None = None
 
     def advanced(self, checkpoint_seq: int, now: datetime) -> TaskState:
         """This state after checkpoint ``checkpoint_seq`` was appended at ``now``."""
         # Built directly rather than with dataclasses.replace: this is the hot path of
         # every checkpoint write, and replace() costs several times more.
         return TaskState(
-            self.task, self.generation, checkpoint_seq, self.created_at, now, self.lease
+            self.task,
+            self.generation,
+            checkpoint_seq,
+            self.created_at,
+            now,
+            self.lease,
+            self.done,
+            self.reopened,
         )
 
 

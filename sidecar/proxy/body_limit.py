@@ -13,8 +13,10 @@ This module adds the two missing steps to mitmproxy's HTTP stream state machine
 mitmproxy's code unchanged:
 
 * :func:`answer_before_body` - the answer set in ``requestheaders`` goes out at once,
-  without waiting for the body (and without ``100 Continue``), and the connection is
-  closed: the unread body must not be parsed as a next request;
+  without waiting for the body (and without ``100 Continue``); what still arrives of
+  the body is dropped, within :data:`DRAIN_BYTES` and :data:`DRAIN_S`, then the
+  connection is closed (HTTP/1: the rest must not be parsed as a next request) or the
+  stream reset (HTTP/2);
 * :func:`limit_body` - a buffered body (chunked, or with a length the client lied
   about) is cut off when it passes the limit: the buffer is dropped and the refusal
   from the given factory is answered the same way.
@@ -25,20 +27,30 @@ proxy tests that send oversized bodies fail loudly if an upgrade changes the mac
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from mitmproxy import http
-from mitmproxy.proxy import commands, layer
+from mitmproxy.proxy import layer
 from mitmproxy.proxy.layers.http import HttpStream, SendHttp
 from mitmproxy.proxy.layers.http._events import (
     ErrorCode,
     RequestData,
+    RequestEndOfMessage,
     RequestHeaders,
     ResponseEndOfMessage,
     ResponseProtocolError,
 )
+
+# After an early answer, the body that still arrives is read and dropped - a client that
+# writes its whole body before reading (requests, httpx, most SDKs) then reads the 413
+# instead of hanging on a full socket - but at most this much, for at most this long;
+# past either, the connection (HTTP/1) or the stream (HTTP/2) is cut.
+DRAIN_BYTES = 64 << 20
+DRAIN_S = 10.0
 
 _ANSWERED = "sidecar.answered_before_body"
 _LIMIT = "sidecar.body_limit"
@@ -65,29 +77,45 @@ def limit_body(flow: http.HTTPFlow, limit: BodyLimit) -> None:
     flow.metadata[_LIMIT] = limit
 
 
-def _answer_and_close(stream: HttpStream) -> layer.CommandGenerator[None]:
-    """Send the flow's response and stop reading the client's body; close what must close."""
+@dataclass
+class _Drain:
+    """What is still read and dropped after an early answer."""
+
+    bytes_left: int
+    until: float
+
+
+def _answer_and_drain(stream: HttpStream) -> layer.CommandGenerator[None]:
+    """Send the flow's response now; read and drop the body that still arrives, within
+    bounds, so that a client writing its whole body before it reads gets to read it."""
     assert stream.flow.response is not None
-    client = stream.context.client
     stream.flow.live = False
-    if stream.flow.request.is_http2 or stream.flow.request.is_http3:
-        # A whole response, then a reset of this stream only: the connection carries on.
-        yield from stream.send_response()
-        yield SendHttp(ResponseEndOfMessage(stream.stream_id), client)
-        yield SendHttp(_unread(stream.stream_id), client)
-        stream.client_state = stream.state_errored
-        return
-    # HTTP/1: the unread body leaves the connection unusable, and the client is told.
-    stream.flow.response.headers["connection"] = "close"
+    multiplexed = stream.flow.request.is_http2 or stream.flow.request.is_http3
+    if not multiplexed:
+        # The unread body leaves the connection unusable: the client is told.
+        stream.flow.response.headers["connection"] = "close"
     yield from stream.send_response()
-    # Our side is shut (a FIN after the answer) and the body is never buffered: the end of
-    # the response is not sent, so mitmproxy's HTTP/1 reader stays in the body and hands
-    # it to a stream state that ignores it (sending the end would park that reader, which
-    # then buffers everything).  Not a full close: issued from here it cancels mitmproxy's
-    # connection task, which may be waiting for mitmproxy's event lock - a path that skips
-    # closing the socket.  The client closes on the FIN, and the connection ends with it.
-    yield commands.CloseTcpConnection(client, half_close=True)
+    if multiplexed:
+        yield SendHttp(ResponseEndOfMessage(stream.stream_id), stream.context.client)
+    # HTTP/1: the end of the response is not sent, so mitmproxy's HTTP/1 reader stays in
+    # the body and hands it on as RequestData, which _drain drops (sending the end would
+    # park that reader, which then buffers whatever arrives).
+    drain = _Drain(DRAIN_BYTES, time.monotonic() + DRAIN_S)
+    stream.client_state = functools.partial(_drain, stream, drain)
+
+
+def _drain(stream: HttpStream, drain: _Drain, event: Any) -> layer.CommandGenerator[None]:
+    if isinstance(event, RequestData):
+        drain.bytes_left -= len(event.data)
+        if drain.bytes_left >= 0 and time.monotonic() < drain.until:
+            return
+    elif not isinstance(event, RequestEndOfMessage):
+        return  # trailers
+    # The body ended, or it is more or slower than a client that means well sends: close
+    # the connection (HTTP/1; the answer is out, so nothing else is sent) or reset the
+    # stream (HTTP/2).  This runs in the connection's own task, on data it just read.
     stream.client_state = stream.state_errored
+    yield SendHttp(_unread(stream.stream_id), stream.context.client)
 
 
 def _unread(stream_id: int) -> ResponseProtocolError:
@@ -108,7 +136,7 @@ def install() -> None:
         yield from wait_for_headers(self, event)
         waiting_for_body = self.client_state == self.state_consume_request_body
         if self.flow.metadata.get(_ANSWERED) and waiting_for_body and not event.end_stream:
-            yield from _answer_and_close(self)
+            yield from _answer_and_drain(self)
 
     def state_consume_request_body(self: HttpStream, event: Any) -> layer.CommandGenerator[None]:
         limit: BodyLimit | None = self.flow.metadata.get(_LIMIT)
@@ -117,7 +145,7 @@ def install() -> None:
             if seen > limit.max_bytes:
                 self.request_body_buf.clear()  # type: ignore[no-untyped-call]
                 self.flow.response = limit.refusal(seen)
-                yield from _answer_and_close(self)
+                yield from _answer_and_drain(self)
                 return
         yield from consume_body(self, event)
 

@@ -35,10 +35,14 @@ from sidecar.store.commands import (
     ClaimTask,
     Command,
     Heartbeat,
+    MarkDone,
     NoteEffect,
     NoteRefusal,
+    Pruned,
+    PruneTask,
     RecordPending,
     Release,
+    Reopen,
     TransitionEffect,
 )
 
@@ -78,13 +82,14 @@ class CompositeObserver(WriteObserver):
             observer.refused(command, error, seconds)
 
 
-TASK_STATES = ("leased", "free", "waiting")
+TASK_STATES = ("leased", "free", "waiting", "done")
 
 
 @dataclass(frozen=True, slots=True)
 class TaskFilter:
     """Which tasks a listing wants: ``state`` is one of :data:`TASK_STATES` - leased (a
-    live lease), free (none), waiting (an effect waits for a human)."""
+    live lease), free (no live lease and not done), waiting (an effect waits for a human,
+    whatever else holds), done (marked done and not reopened; never leased)."""
 
     state: str | None = None
     worker: str | None = None
@@ -195,6 +200,11 @@ class Store(ABC):
         ``(created_at, task, key)`` of the previous page's last one)."""
 
     @abstractmethod
+    async def stale_tasks(self, before: datetime, after: str | None, limit: int) -> list[str]:
+        """At most ``limit`` task names, in name order after ``after``, last updated before
+        ``before``: the candidates of prune (:class:`PruneTask` decides for each)."""
+
+    @abstractmethod
     async def effect(self, task: str, key: str) -> Effect | None: ...
 
     @abstractmethod
@@ -277,6 +287,24 @@ class Store(ABC):
         detail: str | None = None,
     ) -> EffectEvent:
         return await self.execute(NoteEffect(task, key, attempt_id, generation, event, detail))
+
+    async def mark_done(
+        self,
+        task: str,
+        by: str,
+        note: str | None = None,
+        token: tuple[str, int] | None = None,
+    ) -> TaskState:
+        """Mark the task done: by its holder (``token`` = its attempt id and generation)
+        or by an operator while no lease is live."""
+        attempt_id, generation = token if token is not None else (None, None)
+        return await self.execute(MarkDone(task, by, note, attempt_id, generation))
+
+    async def reopen(self, task: str, by: str, note: str) -> TaskState:
+        return await self.execute(Reopen(task, by, note))
+
+    async def prune_task(self, task: str, cutoff: datetime, *, dry_run: bool = False) -> Pruned:
+        return await self.execute(PruneTask(task, cutoff, dry_run))
 
     async def note_refusal(self, refused: StaleGeneration, reason: str) -> FenceRefusal:
         """Keep a write the proxy refused (fenced) before it reached the store."""

@@ -24,7 +24,7 @@ from sidecar.domain.model import (
     TaskState,
 )
 from sidecar.store import rows
-from sidecar.store.commands import Command
+from sidecar.store.commands import ROW_KINDS, Command
 
 
 class Probe:
@@ -36,11 +36,13 @@ type Work = Command[Any] | Probe
 
 @dataclass(frozen=True, slots=True)
 class Wanted:
-    """The rows a batch reads before deciding: tasks, last checkpoints, effects."""
+    """The rows a batch reads before deciding: tasks, last checkpoints, effects, and the
+    row counts of tasks prune looks at."""
 
     tasks: list[str]
     last_checkpoints: list[str]
     effects: list[tuple[str, str]]
+    task_rows: list[str] = field(default_factory=list)
 
 
 def wanted(works: Sequence[Work]) -> Wanted:
@@ -49,6 +51,7 @@ def wanted(works: Sequence[Work]) -> Wanted:
         tasks=sorted({c.task for c in commands}),
         last_checkpoints=sorted({c.task for c in commands if c.needs_last_checkpoint}),
         effects=sorted({k for c in commands if (k := c.effect_key()) is not None}),
+        task_rows=sorted({c.task for c in commands if c.needs_rows}),
     )
 
 
@@ -67,6 +70,8 @@ class Batch:
     dirty_effects: dict[tuple[str, str], Effect] = field(default_factory=dict)
     new_events: list[EffectEvent] = field(default_factory=list)
     new_refusals: list[FenceRefusal] = field(default_factory=list)
+    task_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    deleted_tasks: list[str] = field(default_factory=list)
 
     def task(self, task: str) -> TaskState | None:
         return self.tasks.get(task)
@@ -106,24 +111,59 @@ class Batch:
     def add_refusal(self, refusal: FenceRefusal) -> None:
         self.new_refusals.append(refusal)
 
+    def task_rows(self, task: str) -> dict[str, int]:
+        return dict(self.task_counts.get(task, {}))
+
+    def delete_task(self, task: str) -> None:
+        # Deletes run before every other change of the batch (see changes()), so what
+        # earlier commands of this batch staged for the task is dropped with it.
+        self.deleted_tasks.append(task)
+        self.tasks[task] = None
+        self.last_checkpoints[task] = None
+        self.task_counts.pop(task, None)
+        self.dirty_tasks.pop(task, None)
+        for key in [k for k in self.effects if k[0] == task]:
+            self.effects[key] = None
+            self.dirty_effects.pop(key, None)
+        self.new_attempts = [a for a in self.new_attempts if a.task != task]
+        self.noted_exits = [n for n in self.noted_exits if n[0] != task]
+        self.new_checkpoints = [c for c in self.new_checkpoints if c.task != task]
+        self.new_events = [e for e in self.new_events if e.task != task]
+        self.new_refusals = [r for r in self.new_refusals if r.task != task]
+
     @classmethod
     def loaded(
         cls,
         tasks: Sequence[rows.Row],
         last_checkpoints: Sequence[rows.Row],
         effects: Sequence[rows.Row],
+        task_rows: Sequence[rows.Row] = (),
     ) -> Batch:
         """A batch over the rows the load statements returned (absent rows are None)."""
         return cls(
             tasks={(s := rows.task_state(r)).task: s for r in tasks},
             last_checkpoints={(c := rows.checkpoint(r)).task: c for r in last_checkpoints},
             effects={((e := rows.effect(r)).task, e.key): e for r in effects},
+            task_counts={
+                r[0]: dict(
+                    zip(
+                        (*ROW_KINDS, "effects_unknown", "effects_pending"),
+                        (int(n) for n in r[1:]),
+                        strict=True,
+                    )
+                )
+                for r in task_rows
+            },
         )
 
 
 def changes(batch: Batch) -> list[tuple[str, list[tuple[Any, ...]]]]:
-    """``(statement name, rows)`` to write what the batch changed, parents first."""
+    """``(statement name, rows)`` to write what the batch changed: pruned tasks' rows
+    deleted first (children first), then the writes, parents first."""
+    gone = [(task,) for task in batch.deleted_tasks]
     steps: list[tuple[str, list[tuple[Any, ...]]]] = [
+        *((f"delete_task_{table}", gone) for table in (*ROW_KINDS[:-1], "leases", "attempts")),
+        ("delete_task_tasks", gone),
         ("upsert_task", [rows.task_params(s) for s in batch.dirty_tasks.values()]),
         ("insert_attempt", [rows.attempt_params(a) for a in batch.new_attempts]),
         (

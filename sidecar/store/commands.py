@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Protocol
 
-from sidecar.domain import checkpoints, effects, leases, settling
+from sidecar.domain import checkpoints, effects, leases, lifecycle, settling
 from sidecar.domain.model import (
     JSON,
     AgentExit,
@@ -31,6 +31,7 @@ from sidecar.domain.model import (
     EffectEvent,
     EffectState,
     FenceRefusal,
+    Mark,
     RecordedResponse,
     TaskState,
 )
@@ -57,6 +58,18 @@ class WorkingSet(Protocol):
     def put_effect(self, effect: Effect) -> None: ...
     def add_event(self, event: EffectEvent) -> None: ...
     def add_refusal(self, refusal: FenceRefusal) -> None: ...
+    def task_rows(self, task: str) -> dict[str, int]:
+        """How many rows the task has in each table (:data:`ROW_KINDS`), and its effects
+        ``unknown`` and ``pending`` (``effects_unknown``, ``effects_pending``)."""
+        ...
+
+    def delete_task(self, task: str) -> None:
+        """Delete the task and everything recorded under it."""
+        ...
+
+
+#: the tables a task's history is kept in, children first (the order prune deletes in).
+ROW_KINDS = ("effect_events", "effects", "checkpoints", "fence_refusals", "attempts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +86,8 @@ class Command[T](ABC):
     task: str
     #: whether the command answers with the task's last checkpoint.
     needs_last_checkpoint: ClassVar[bool] = False
+    #: whether the command reads the task's row counts (:meth:`WorkingSet.task_rows`).
+    needs_rows: ClassVar[bool] = False
     #: name used for metrics, logs and fence refusals.
     operation: ClassVar[str] = "write"
 
@@ -369,3 +384,98 @@ class ResolveEffect(Command[Effect]):
         ws.put_effect(effect)
         ws.add_event(event)
         return effect
+
+
+@dataclass(frozen=True, slots=True)
+class MarkDone(Command[TaskState]):
+    """Mark the task done (see :mod:`sidecar.domain.lifecycle`): by its lease holder with
+    its fencing token, or by an operator (no token) while no lease is live."""
+
+    task: str
+    by: str
+    note: str | None = None
+    attempt_id: str | None = None
+    generation: int | None = None
+    operation: ClassVar[str] = "task.done"
+
+    def apply(self, ws: WorkingSet, ctx: Context) -> TaskState:
+        token = lifecycle.check_token(self.attempt_id, self.generation)
+        mark = Mark(ctx.now, self.by, self.note)
+        try:
+            state, ended = lifecycle.mark_done(ws.task(self.task), self.task, token, mark)
+        except StaleGeneration as refused:
+            ws.add_refusal(
+                FenceRefusal(
+                    task=self.task,
+                    operation=self.operation,
+                    attempt_id=self.attempt_id or "",
+                    generation=self.generation or 0,
+                    current_generation=refused.current_generation,
+                    at=ctx.now,
+                    reason=refused.reason,
+                )
+            )
+            raise
+        if state is not ws.task(self.task):
+            ws.put_task(state)
+        if ended is not None:
+            attempt_id, how, until = ended
+            ws.end_attempt(attempt_id, ctx.now, how, until)
+        return state
+
+
+@dataclass(frozen=True, slots=True)
+class Reopen(Command[TaskState]):
+    """Make a done task claimable again, keeping who reopened it and why."""
+
+    task: str
+    by: str
+    note: str
+    operation: ClassVar[str] = "task.reopen"
+
+    def apply(self, ws: WorkingSet, ctx: Context) -> TaskState:
+        before = ws.task(self.task)
+        state = lifecycle.reopen(before, self.task, Mark(ctx.now, self.by, self.note))
+        if state is not before:
+            ws.put_task(state)
+        return state
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What prune found for one task: the rows it has (``tasks``/``leases`` included), why
+    they were kept (None: they may go), and whether they were deleted."""
+
+    task: str
+    rows: dict[str, int]
+    kept: str | None
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PruneTask(Command[Pruned]):
+    """Delete one ended task's whole history in one transaction, unless it must stay
+    (:func:`sidecar.domain.lifecycle.why_kept`); ``dry_run`` only says what would go."""
+
+    task: str
+    cutoff: datetime
+    dry_run: bool = False
+    needs_rows: ClassVar[bool] = True
+    operation: ClassVar[str] = "task.prune"
+
+    def apply(self, ws: WorkingSet, ctx: Context) -> Pruned:
+        state = ws.task(self.task)
+        counts = ws.task_rows(self.task)
+        effects_by_state = {
+            "unknown": counts.pop("effects_unknown", 0),
+            "pending": counts.pop("effects_pending", 0),
+        }
+        kept = lifecycle.why_kept(state, effects_by_state, self.cutoff, ctx.now)
+        rows = dict(counts)
+        if state is not None:
+            rows["leases"] = 1 if state.lease is not None else 0
+            rows["tasks"] = 1
+        delete = kept is None and not self.dry_run
+        if delete:
+            ws.delete_task(self.task)
+        return Pruned(self.task, rows, kept, delete)

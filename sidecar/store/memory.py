@@ -85,6 +85,26 @@ class _State:
     def add_refusal(self, refusal: FenceRefusal) -> None:
         self.refusals.append(refusal)
 
+    def task_rows(self, task: str) -> dict[str, int]:
+        effects = [e for e in self.effects.values() if e.task == task]
+        return {
+            "effect_events": sum(1 for e in self.events if e.task == task),
+            "effects": len(effects),
+            "checkpoints": len(self.checkpoints.get(task, [])),
+            "fence_refusals": sum(1 for r in self.refusals if r.task == task),
+            "attempts": sum(1 for a in self.attempts.values() if a.task == task),
+            "effects_unknown": sum(1 for e in effects if e.state is EffectState.UNKNOWN),
+            "effects_pending": sum(1 for e in effects if e.state is EffectState.PENDING),
+        }
+
+    def delete_task(self, task: str) -> None:
+        self.events = [e for e in self.events if e.task != task]
+        self.effects = {k: e for k, e in self.effects.items() if e.task != task}
+        self.checkpoints.pop(task, None)
+        self.refusals = [r for r in self.refusals if r.task != task]
+        self.attempts = {k: a for k, a in self.attempts.items() if a.task != task}
+        self.tasks.pop(task, None)
+
 
 class MemoryStore(Store):
     def __init__(
@@ -192,7 +212,9 @@ class MemoryStore(Store):
             case "leased":
                 return live
             case "free":
-                return not live
+                return not live and view.state.done is None
+            case "done":
+                return view.state.done is not None
             case "waiting":
                 return view.effect_counts.get(EffectState.UNKNOWN.value, 0) > 0
         return True
@@ -209,6 +231,14 @@ class MemoryStore(Store):
             and (after is None or (e.created_at, e.task, e.key) < after)
         ]
         found.sort(key=lambda e: (e.created_at, e.task, e.key), reverse=True)
+        return found[:limit]
+
+    async def stale_tasks(self, before: datetime, after: str | None, limit: int) -> list[str]:
+        found = sorted(
+            name
+            for name, state in self._state.tasks.items()
+            if state.updated_at < before and (after is None or name > after)
+        )
         return found[:limit]
 
     async def effect(self, task: str, key: str) -> Effect | None:

@@ -55,6 +55,7 @@ class MetricsObserver(WriteObserver):
         if isinstance(result, Claim):
             m.claims.labels("granted").inc()
             if result.previous_attempt_id:  # it ended an attempt that never released
+                m.lease_takeovers.inc()
                 self.announce(
                     "lease_taken_over",
                     {

@@ -296,6 +296,7 @@ async def _commit_batch(
             await rows_of(
                 "load_effects", [t for t, _ in want.effects], [k for _, k in want.effects]
             ),
+            await rows_of("load_task_rows", want.task_rows),
         )
         outcomes: list[Any] = []
         for work in works:

@@ -22,6 +22,7 @@ from sidecar.domain.model import (
     EffectState,
     FenceRefusal,
     Lease,
+    Mark,
     RecordedResponse,
     TaskState,
 )
@@ -60,10 +61,19 @@ def _opt_us(at: datetime | None) -> int | None:
     return None if at is None else to_us(at)
 
 
+def _mark(at: int | None, by: str | None, note: str | None) -> Mark | None:
+    return None if at is None else Mark(from_us(at), by or "", note)
+
+
+def _mark_params(mark: Mark | None) -> tuple[Any, ...]:
+    return (None, None, None) if mark is None else (to_us(mark.at), mark.by, mark.note)
+
+
 def task_state(row: Row) -> TaskState:
     (task, generation, seq, created, updated, attempt_id, lease_gen, worker, acq, exp, ttl, rel) = (
-        row
+        row[:12]
     )
+    done_at, done_by, done_note, reopened_at, reopened_by, reopened_note = row[12:18]
     lease = (
         None
         if attempt_id is None
@@ -77,7 +87,16 @@ def task_state(row: Row) -> TaskState:
             released_at=_opt_time(rel),
         )
     )
-    return TaskState(task, generation, seq, from_us(created), from_us(updated), lease)
+    return TaskState(
+        task,
+        generation,
+        seq,
+        from_us(created),
+        from_us(updated),
+        lease,
+        _mark(done_at, done_by, done_note),
+        _mark(reopened_at, reopened_by, reopened_note),
+    )
 
 
 def task_params(state: TaskState) -> tuple[Any, ...]:
@@ -87,6 +106,8 @@ def task_params(state: TaskState) -> tuple[Any, ...]:
         state.checkpoint_seq,
         to_us(state.created_at),
         to_us(state.updated_at),
+        *_mark_params(state.done),
+        *_mark_params(state.reopened),
     )
 
 

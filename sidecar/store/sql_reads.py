@@ -121,6 +121,10 @@ class SQLReads(Store):
         params += (where.state, where.state, where.task, where.task, where.rule, where.rule, limit)
         return [rows.effect(r) for r in await self._fetch("effects_across", params)]
 
+    async def stale_tasks(self, before: datetime, after: str | None, limit: int) -> list[str]:
+        found = await self._fetch("stale_tasks", (rows.to_us(before), after or "", limit))
+        return [str(r[0]) for r in found]
+
     async def effect(self, task: str, key: str) -> Effect | None:
         found = await self._fetch("load_effects", self._effect_keys_param([(task, key)]))
         return rows.effect(found[0]) if found else None

@@ -49,7 +49,7 @@ _WRITER_PRAGMAS = (
     # FULL in WAL mode fsyncs the WAL at every commit, so a write acknowledged to a caller
     # survives power loss and kernel panics, not only the death of this process (NORMAL
     # would).  Group commit pays that one fsync per batch, not per write; the cost is in
-    # bench/control_api.py and the README.
+    # bench/control_api.py and docs/benchmarks.md.
     "PRAGMA synchronous={synchronous}",
     # The schema's foreign keys catch a store bug before it corrupts the audit trail.
     "PRAGMA foreign_keys=ON",

@@ -150,7 +150,7 @@ def _check_integrity(db: sqlite3.Connection, path: Path) -> None:
 
 
 def _load(db: sqlite3.Connection, works: Sequence[Work]) -> Batch:
-    """Read every row the batch's commands will look at, in three queries at most."""
+    """Read every row the batch's commands will look at, in four queries at most."""
     want = wanted(works)
 
     def rows_of(name: str, values: list[Any]) -> list[Any]:
@@ -160,6 +160,7 @@ def _load(db: sqlite3.Connection, works: Sequence[Work]) -> Batch:
         rows_of("load_tasks", want.tasks),
         rows_of("load_last_checkpoints", want.last_checkpoints),
         rows_of("load_effects", [list(k) for k in want.effects]),
+        rows_of("load_task_rows", want.task_rows),
     )
 
 

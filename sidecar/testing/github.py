@@ -57,7 +57,7 @@ def start_emulator(
     the sidecar's routes.  Otherwise they name its own address, for agents calling it
     directly.
     """
-    args = ["emulate", "github", "--listen", "127.0.0.1:0", "--data", str(root / name)]
+    args = ["emulate", "github", "--listen", "127.0.0.1:0", "--data-dir", str(root / name)]
     args += list(PUBLIC_URLS) if public_urls else []
     for spec in late:
         args += ["--late", spec]
@@ -146,7 +146,7 @@ class GitHubWorld:
         """The demo's coding agent, run under `sidecar exec` as one attempt of ``task``."""
         agent = Child.python(
             "sidecar", "exec", "--control", self.control, "--task", task, "--worker", worker,
-            "--ttl-s", str(ttl_s), "--wait-s", str(wait_s), "--",
+            "--lease-ttl-s", str(ttl_s), "--wait-s", str(wait_s), "--",
             sys.executable, "-m", "sidecar.demo.agent", "--task", task, "--repo", REPO,
             stderr_path=self.root / f"agent-{len(self.agents) + 1}-{worker}.log",
         )  # fmt: skip
@@ -157,7 +157,7 @@ class GitHubWorld:
         """Any command under `sidecar exec` (e.g. the git CLI) as one attempt of TASK."""
         child = Child.python(
             "sidecar", "exec", "--control", self.control, "--task", TASK, "--worker", worker,
-            "--ttl-s", str(ttl_s), "--wait-s", str(wait_s), "--", *argv,
+            "--lease-ttl-s", str(ttl_s), "--wait-s", str(wait_s), "--", *argv,
             stderr_path=self.root / f"command-{len(self.agents) + 1}-{worker}.log",
         )  # fmt: skip
         self.agents.append(child)

@@ -363,7 +363,8 @@ class GitHubNodes:
             env = freeze.env(env)
         agent = Child(
             [sys.executable, "-m", "sidecar", "exec", "--control", self.nodes[node].control,
-             "--task", task, "--worker", worker, "--ttl-s", str(ttl_s), "--wait-s", str(wait_s),
+             "--task", task, "--worker", worker, "--lease-ttl-s", str(ttl_s),
+             "--wait-s", str(wait_s),
              "--", sys.executable, "-m", "sidecar.demo.agent", "--task", task, "--repo", REPO],
             env=env, stderr_path=self.root / f"agent-{len(self.agents) + 1}-{worker}.log",
         )  # fmt: skip

@@ -186,7 +186,8 @@ class PostgresWorld:
         """``argv`` under `sidecar exec`, as one attempt of ``task``, through the sidecar."""
         child = Child(
             [sys.executable, "-m", "sidecar", "exec", "--control", self.control,
-             "--task", task, "--worker", worker, "--ttl-s", str(ttl_s), "--wait-s", str(wait_s),
+             "--task", task, "--worker", worker, "--lease-ttl-s", str(ttl_s),
+             "--wait-s", str(wait_s),
              "--", *argv],
             env=os.environ | self.agent_env(), cwd=cwd,
             stderr_path=self.root / f"agent-{len(self.agents) + 1}-{worker}.log",

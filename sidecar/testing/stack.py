@@ -113,7 +113,7 @@ class Stack:
             task,
             "--worker",
             worker,
-            "--ttl-s",
+            "--lease-ttl-s",
             str(ttl_s),
             "--wait-s",
             str(wait_s),

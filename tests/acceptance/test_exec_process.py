@@ -183,7 +183,7 @@ def test_a_lost_lease_is_recorded_as_lease_lost(sidecar_process, tmp_path):
             "t-lost",
             "--worker",
             "worker-a",
-            "--ttl-s",
+            "--lease-ttl-s",
             "3",
             "--",
             *agent,

@@ -1,4 +1,5 @@
-"""The README's walk-through, run verbatim against a real `sidecar serve` process."""
+"""The walk-throughs of README.md and docs/, run verbatim against real `sidecar serve`
+processes."""
 
 from __future__ import annotations
 
@@ -17,15 +18,20 @@ from tests.acceptance.conftest import REPO
 pytestmark = pytest.mark.acceptance
 
 
+def docs_text() -> str:
+    """README.md and every docs/*.md, one after the other: where the blocks live."""
+    paths = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return "\n".join(path.read_text() for path in paths)
+
+
 def _block(name: str) -> str:
-    readme = (REPO / "README.md").read_text()
-    section = re.search(
+    found = re.findall(
         rf"<!-- {name}:start -->\s*```bash\n(.*?)```\s*<!-- {name}:end -->",
-        readme,
+        docs_text(),
         re.DOTALL,
     )
-    assert section, f"the README lost its {name} block"
-    return section.group(1)
+    assert len(found) == 1, f"README.md and docs/ hold {len(found)} {name} blocks, not one"
+    return found[0]
 
 
 def test_the_readme_walkthrough_shows_lease_held_then_stale_generation(sidecar_process):
@@ -109,9 +115,9 @@ def test_the_readme_agent_walkthrough_replays_the_charge_after_a_sigkill(tmp_pat
 
 
 def test_the_readme_rule_example_is_a_valid_rule_file(tmp_path):
-    readme = (REPO / "README.md").read_text()
-    example = re.search(r"## Rules.*?```yaml\n(.*?)```", readme, re.DOTALL)
-    assert example, "the README lost its rule example"
+    rules = (REPO / "docs" / "rules.md").read_text()
+    example = re.search(r"## Rules.*?```yaml\n(.*?)```", rules, re.DOTALL)
+    assert example, "docs/rules.md lost its rule example"
     path = tmp_path / "example.yaml"
     path.write_text(example.group(1))
     assert main(["rules", "check", str(path)]) == 0

@@ -71,13 +71,15 @@ async def test_without_a_url_nothing_is_queued():
 async def test_the_store_observer_announces_takeovers_and_refused_stale_writes(clock):
     told: list[tuple[str, dict]] = []
     store = MemoryStore(clock=clock)
-    store.observer = MetricsObserver(Metrics(), announce=lambda e, f: told.append((e, dict(f))))
+    metrics = Metrics()
+    store.observer = MetricsObserver(metrics, announce=lambda e, f: told.append((e, dict(f))))
     first = await store.claim("312", "a", 1)
     clock.advance(2)  # A's lease ran out: B takes the task over
     second = await store.claim("312", "b", 30)
     with pytest.raises(StaleGeneration):
         await store.append_checkpoint("312", first.attempt_id, first.generation, "LATE", {})
     assert [e for e, _ in told] == ["lease_taken_over", "stale_write_refused"]
+    assert metrics.registry.get_sample_value("sidecar_lease_takeovers_total") == 1
     assert told[0][1]["previous_attempt_id"] == first.attempt_id
     assert (told[0][1]["worker"], told[0][1]["generation"]) == ("b", second.generation)
     assert told[1][1] == {

@@ -298,7 +298,7 @@ def test_unmodified_https_and_git_client_goes_through_the_sidecar(
     github = f"http://{github_addr}"
     emulator = Child(
         [sys.executable, "-m", "sidecar", "emulate", "github", "--listen", github_addr,
-         "--data", str(base / "github"), "--api-url", "https://api.github.com",
+         "--data-dir", str(base / "github"), "--api-url", "https://api.github.com",
          "--web-url", "https://github.com"],
         stderr_path=base / "github.log",
     )  # fmt: skip
@@ -338,7 +338,7 @@ def https_github(pod: PodNetwork, base: Path) -> tuple[Child, Path, Path]:
     other_file, _ = certs.write_ca(base / "other-ca")
     emulator = Child(
         [sys.executable, "-m", "sidecar", "emulate", "github", "--listen",
-         f"{pod.host_ip}:443", "--data", str(base / "github"),
+         f"{pod.host_ip}:443", "--data-dir", str(base / "github"),
          "--tls-cert", str(cert_file), "--tls-key", str(key_file),
          "--api-url", "https://api.github.com", "--web-url", "https://github.com"],
         stderr_path=base / "github.log",

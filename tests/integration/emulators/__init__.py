@@ -39,7 +39,7 @@ def running_github(data: Path, *args: str) -> Iterator[Emulator]:
         "github",
         "--listen",
         "127.0.0.1:0",
-        "--data",
+        "--data-dir",
         str(data),
         *args,
         stderr_path=data.with_name(f"{data.name}.log"),

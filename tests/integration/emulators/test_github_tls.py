@@ -119,7 +119,7 @@ def test_a_client_not_trusting_the_ca_fails_verification(emulator, tmp_path):
 def emulate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sidecar", "emulate", "github", "--listen", "127.0.0.1:0",
-         "--data", str(tmp_path / "data"), *args],
+         "--data-dir", str(tmp_path / "data"), *args],
         capture_output=True,
         text=True,
         timeout=30,

@@ -132,13 +132,14 @@ def test_effects_task_still_lists_the_log(data, capsys):
     assert KEY in capsys.readouterr().out
 
 
-def test_an_unreachable_sidecar_exits_1(capsys):
+def test_an_unreachable_sidecar_exits_5(capsys):
+    # SPEC §5: 5 when nothing can be recorded (no store, or no sidecar in front of one)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code = main(["effects", "resolve", "312", KEY, "--as", "failed", "--note", "n",
                  "--control", f"127.0.0.1:{port}"])  # fmt: skip
-    assert code == 1
+    assert code == 5
     assert f"no sidecar answers at http://127.0.0.1:{port}" in capsys.readouterr().err
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,22 @@ def test_shadowed_rules_are_warned_of_at_their_line_and_do_not_fail_the_check(tm
         "comes first and matches every request it would",
     ]
     assert out.splitlines()[-1] == "5 rules in 1 file ok (2 warnings)"
+
+
+def test_json_says_every_problem_and_warning_with_its_line(tmp_path, capsys):
+    rules = tmp_path / "r.yaml"
+    rules.write_text(
+        "rules:\n"
+        "  - name: a\n"
+        "    match: {host: x.test, method: POST, path: /a}\n"
+        "    effect: non_idempotent\n"
+        "  - name: b\n"
+        "    match: {host: x.test, method: POST, path: /b}\n"
+        "    effect: bogus\n"
+    )
+    assert main(["rules", "check", "--json", str(rules)]) == 1
+
+    found = json.loads(capsys.readouterr().out)
+    assert found["ok"] is False
+    assert [(p["line"], "effect" in p["message"]) for p in found["problems"]] == [(7, True)]
+    assert [w["line"] for w in found["warnings"]] == [2]

@@ -4,7 +4,8 @@
 
 -- name: load_tasks
 SELECT t.task, t.generation, t.checkpoint_seq, t.created_at, t.updated_at,
-       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at
+       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at,
+       t.done_at, t.done_by, t.done_note, t.reopened_at, t.reopened_by, t.reopened_note
 FROM tasks AS t
 LEFT JOIN leases AS l ON l.task = t.task
 WHERE t.task IN (SELECT value FROM json_each(?));
@@ -24,12 +25,19 @@ JOIN effects AS e
   ON e.task = json_extract(wanted.value, '$[0]') AND e.key = json_extract(wanted.value, '$[1]');
 
 -- name: upsert_task
-INSERT INTO tasks (task, generation, checkpoint_seq, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?)
+INSERT INTO tasks (task, generation, checkpoint_seq, created_at, updated_at, done_at, done_by,
+                   done_note, reopened_at, reopened_by, reopened_note)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (task) DO UPDATE SET
     generation = excluded.generation,
     checkpoint_seq = excluded.checkpoint_seq,
-    updated_at = excluded.updated_at;
+    updated_at = excluded.updated_at,
+    done_at = excluded.done_at,
+    done_by = excluded.done_by,
+    done_note = excluded.done_note,
+    reopened_at = excluded.reopened_at,
+    reopened_by = excluded.reopened_by,
+    reopened_note = excluded.reopened_note;
 
 -- name: upsert_lease
 INSERT INTO leases (task, attempt_id, generation, worker, acquired_at, expires_at, ttl_s,
@@ -93,7 +101,8 @@ DELETE FROM write_probe;
 
 -- name: all_tasks
 SELECT t.task, t.generation, t.checkpoint_seq, t.created_at, t.updated_at,
-       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at
+       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at,
+       t.done_at, t.done_by, t.done_note, t.reopened_at, t.reopened_by, t.reopened_note
 FROM tasks AS t
 LEFT JOIN leases AS l ON l.task = t.task
 ORDER BY t.task;
@@ -160,18 +169,21 @@ SELECT (SELECT count(*) FROM effects WHERE state = 'unknown'),
 
 -- name: tasks_page
 -- Tasks newest first, after the cursor (created_at, task), filtered by the worker of
--- their lease and by state: leased (a live lease at now), free (none), waiting (an
--- effect waits for a human).  Parameters: after_at, after_at, after_task, worker, worker,
--- state, now, now, limit.
+-- their lease and by state: leased (a live lease at now), free (none, and not done),
+-- waiting (an effect waits for a human), done (marked done).  Parameters: after_at,
+-- after_at, after_task, worker, worker, state, now, now, limit.
 SELECT t.task, t.generation, t.checkpoint_seq, t.created_at, t.updated_at,
-       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at
+       l.attempt_id, l.generation, l.worker, l.acquired_at, l.expires_at, l.ttl_s, l.released_at,
+       t.done_at, t.done_by, t.done_note, t.reopened_at, t.reopened_by, t.reopened_note
 FROM tasks AS t
 LEFT JOIN leases AS l ON l.task = t.task
 WHERE (t.created_at < ? OR (t.created_at = ? AND t.task < ?))
   AND (? IS NULL OR l.worker = ?)
   AND CASE ?
         WHEN 'leased' THEN l.released_at IS NULL AND l.expires_at > ?
-        WHEN 'free' THEN l.task IS NULL OR l.released_at IS NOT NULL OR l.expires_at <= ?
+        WHEN 'free' THEN t.done_at IS NULL AND (l.task IS NULL OR l.released_at IS NOT NULL
+                                              OR l.expires_at <= ?)
+        WHEN 'done' THEN t.done_at IS NOT NULL
         WHEN 'waiting' THEN EXISTS (
           SELECT 1 FROM effects AS e WHERE e.task = t.task AND e.state = 'unknown')
         ELSE 1 END
@@ -203,3 +215,42 @@ LIMIT ?;
 -- name: task_refusals
 SELECT task, operation, attempt_id, generation, current_generation, at, reason
 FROM fence_refusals WHERE task = ? ORDER BY id;
+
+-- name: load_task_rows
+-- What prune reads of each task: its rows per table, and its effects unknown and pending.
+SELECT wanted.value,
+       (SELECT count(*) FROM effect_events WHERE task = wanted.value),
+       (SELECT count(*) FROM effects WHERE task = wanted.value),
+       (SELECT count(*) FROM checkpoints WHERE task = wanted.value),
+       (SELECT count(*) FROM fence_refusals WHERE task = wanted.value),
+       (SELECT count(*) FROM attempts WHERE task = wanted.value),
+       (SELECT count(*) FROM effects WHERE task = wanted.value AND state = 'unknown'),
+       (SELECT count(*) FROM effects WHERE task = wanted.value AND state = 'pending')
+FROM json_each(?) AS wanted;
+
+-- name: stale_tasks
+-- Tasks last updated before a cutoff, by name after a cursor: prune's candidates.
+SELECT task FROM tasks
+WHERE updated_at < ? AND task > ?
+ORDER BY task LIMIT ?;
+
+-- name: delete_task_effect_events
+DELETE FROM effect_events WHERE task = ?;
+
+-- name: delete_task_effects
+DELETE FROM effects WHERE task = ?;
+
+-- name: delete_task_checkpoints
+DELETE FROM checkpoints WHERE task = ?;
+
+-- name: delete_task_fence_refusals
+DELETE FROM fence_refusals WHERE task = ?;
+
+-- name: delete_task_leases
+DELETE FROM leases WHERE task = ?;
+
+-- name: delete_task_attempts
+DELETE FROM attempts WHERE task = ?;
+
+-- name: delete_task_tasks
+DELETE FROM tasks WHERE task = ?;

@@ -8,9 +8,17 @@ CREATE TABLE tasks (
     generation      INTEGER NOT NULL CHECK (generation >= 0),
     checkpoint_seq  INTEGER NOT NULL DEFAULT 0,
     created_at      INTEGER NOT NULL,
-    updated_at      INTEGER NOT NULL
+    updated_at      INTEGER NOT NULL,
+    -- marked done (claims refused until reopened) and the last reopening (0005)
+    done_at         INTEGER,
+    done_by         TEXT,
+    done_note       TEXT,
+    reopened_at     INTEGER,
+    reopened_by     TEXT,
+    reopened_note   TEXT
 ) STRICT;
 CREATE INDEX tasks_by_created ON tasks (created_at);
+CREATE INDEX tasks_by_updated ON tasks (updated_at);
 
 CREATE TABLE attempts (
     attempt_id  TEXT PRIMARY KEY,
