@@ -16,7 +16,7 @@ from typing import Any, Literal, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from sidecar.control.schemas import TASK_PATTERN
+from sidecar.domain.ids import TASK_PATTERN
 from sidecar.errors import ConfigError
 
 DEFAULT_CONTROL_LISTEN = "127.0.0.1:7300"

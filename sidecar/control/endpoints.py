@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from sidecar.control.schemas import TASK_PATTERN
+from sidecar.domain.ids import TASK_PATTERN
 from sidecar.domain.text import unstorable
 from sidecar.errors import InvalidRequest
 

@@ -18,7 +18,8 @@ from aiohttp import web
 from sidecar.control.endpoints import Api
 from sidecar.control.keys import CLOCK, STORE
 from sidecar.control.pages import PageRequest, next_cursor, page_request
-from sidecar.control.schemas import TASK_PATTERN, EffectOut, EffectPage, TaskPage, TaskSummary
+from sidecar.control.schemas import EffectOut, EffectPage, TaskPage, TaskSummary
+from sidecar.domain.ids import TASK_PATTERN
 from sidecar.domain.model import Effect, EffectEvent, EffectState, TaskView
 from sidecar.errors import InvalidRequest
 from sidecar.store.base import TASK_STATES, EffectFilter, TaskFilter

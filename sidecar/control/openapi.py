@@ -12,7 +12,8 @@ from pydantic.json_schema import models_json_schema
 import sidecar
 from sidecar.control.endpoints import Endpoint
 from sidecar.control.pages import QUERY_PARAMETERS
-from sidecar.control.schemas import TASK_PATTERN, Problem
+from sidecar.control.schemas import Problem
+from sidecar.domain.ids import TASK_PATTERN
 from sidecar.problems import PROBLEM_JSON
 
 _REF = "#/components/schemas/{model}"

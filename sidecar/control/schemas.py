@@ -29,8 +29,6 @@ from sidecar.domain.model import (
 )
 from sidecar.domain.text import MAX_INT64, text_problem
 
-TASK_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
-
 Worker = Annotated[
     str,
     Field(

@@ -1,9 +1,13 @@
-"""Attempt identities and idempotency keys derived from them."""
+"""Task and attempt identities, and the idempotency keys derived from them."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+
+# What a task id may be, everywhere (paths, flags, settings): a letter or digit, then up
+# to 127 of letters, digits and ._:@- (no '/', no whitespace, no control character).
+TASK_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
 
 def new_attempt_id() -> str:

@@ -154,7 +154,7 @@ def test_main_maps_what_any_verb_raises(monkeypatch, capsys, error, code):
     parser = build_parser()
     args = parser.parse_args(["tasks", "t"])
     args.run = run
-    monkeypatch.setattr(cli, "build_parser", lambda: _Fixed(args))
+    monkeypatch.setattr(cli, "build_parser", lambda verb=None: _Fixed(args))
     assert main(["tasks", "t"]) == code
     assert capsys.readouterr().err == f"sidecar: {error.detail}\n"
 
