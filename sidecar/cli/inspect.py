@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -31,8 +30,8 @@ from sidecar.control.schemas import (
     TaskOut,
     TaskPage,
     TaskSummary,
+    with_trails,
 )
-from sidecar.domain.model import EffectEvent
 from sidecar.errors import ConfigError, NotFound
 from sidecar.store import Store, create_store
 from sidecar.store.base import TASK_STATES, TaskFilter
@@ -137,10 +136,8 @@ class StoreSource:
             raise NotFound(f"task {task} has never been claimed")
         found = await self.store.effects_page(task, None, limit + 1)
         page = found[:limit]
-        trail: dict[str, list[EffectEvent]] = defaultdict(list)
-        for event in await self.store.effect_events_of([(task, e.key) for e in page]):
-            trail[event.key].append(event)
-        return [EffectOut.of(e, trail[e.key]) for e in page], len(found) > limit
+        events = await self.store.effect_events_of([(task, e.key) for e in page])
+        return with_trails(page, events), len(found) > limit
 
 
 class ControlSource:

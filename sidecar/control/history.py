@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
-from datetime import datetime
 
 from aiohttp import web
 
 from sidecar.control.endpoints import Api, json_answer, parse_body, task_param
 from sidecar.control.keys import STORE
-from sidecar.control.pages import next_cursor, page_request
+from sidecar.control.pages import json_body, next_cursor, page_request, position
 from sidecar.control.schemas import (
     CheckpointCreated,
     CheckpointList,
     CheckpointOut,
     CheckpointRequest,
     EffectList,
-    EffectOut,
+    with_trails,
 )
 from sidecar.domain.model import Checkpoint, Effect, EffectEvent
 from sidecar.errors import InvalidRequest, NotFound
 from sidecar.store import Store
-from sidecar.store.rows import from_us, to_us
+from sidecar.store.rows import to_us
 
 api = Api("history")
 _READ_PROBLEMS = ("not_found", "invalid_request", "store_unavailable", "unauthorized")
@@ -80,22 +78,15 @@ def _page_of_effects(
 ) -> bytes:
     more = len(found) > limit
     page = found[:limit]
-    trail: dict[str, list[EffectEvent]] = defaultdict(list)
-    for event in events:
-        trail[event.key].append(event)
     last = page[-1] if page else None
     answer = EffectList(
         task=task,
-        effects=[EffectOut.of(e, trail[e.key]) for e in page],
+        effects=with_trails(page, events),
         next_cursor=(
             next_cursor("effects", [to_us(last.created_at), last.key]) if more and last else None
         ),
     )
     return answer.model_dump_json().encode()
-
-
-def _json(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
 
 
 @api.route(
@@ -118,7 +109,7 @@ async def list_checkpoints(request: web.Request) -> web.Response:
     if not found and asked.after is None:
         await _known(store, task)
     # Built and serialised off the event loop: the proxy shares it.
-    return _json(await asyncio.to_thread(_page_of_checkpoints, task, found, asked.limit))
+    return json_body(await asyncio.to_thread(_page_of_checkpoints, task, found, asked.limit))
 
 
 @api.route(
@@ -135,17 +126,12 @@ async def list_checkpoints(request: web.Request) -> web.Response:
 async def list_effects(request: web.Request) -> web.Response:
     task = task_param(request)
     asked = page_request(request, "effects")
-    after: tuple[datetime, str] | None = None
-    if asked.after is not None:
-        match asked.after:
-            case [int(us), str(key)] if not isinstance(us, bool):
-                after = (from_us(us), key)
-            case _:
-                raise InvalidRequest("the cursor does not hold an effect position")
+    at = position(asked, 1)
+    after = None if at is None else (at[0], at[1][0])
     store = request.app[STORE]
     found = await store.effects_page(task, after, asked.limit + 1)
     if not found and after is None:
         await _known(store, task)
     events = await store.effect_events_of([(task, e.key) for e in found[: asked.limit]])
     body = await asyncio.to_thread(_page_of_effects, task, found, events, asked.limit)
-    return _json(body)
+    return json_body(body)

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections import defaultdict
 from datetime import datetime
 
 from aiohttp import web
 
 from sidecar.control.endpoints import Api
 from sidecar.control.keys import CLOCK, STORE
-from sidecar.control.pages import PageRequest, next_cursor, page_request
-from sidecar.control.schemas import EffectOut, EffectPage, TaskPage, TaskSummary
+from sidecar.control.pages import json_body, next_cursor, page_request, position
+from sidecar.control.schemas import EffectPage, TaskPage, TaskSummary, with_trails
 from sidecar.domain.ids import TASK_PATTERN
 from sidecar.domain.model import Effect, EffectEvent, EffectState, TaskView
 from sidecar.errors import InvalidRequest
 from sidecar.store.base import TASK_STATES, EffectFilter, TaskFilter
-from sidecar.store.rows import from_us, to_us
+from sidecar.store.rows import to_us
 
 api = Api("listings")
 _PROBLEMS = ("invalid_request", "store_unavailable", "unauthorized")
@@ -44,21 +43,6 @@ def _text(request: web.Request, name: str) -> str | None:
     if value is not None and not 0 < len(value) <= _MAX_FILTER:
         raise InvalidRequest(f"{name} must be 1 to {_MAX_FILTER} characters")
     return value
-
-
-def _position(asked: PageRequest, texts: int) -> tuple[datetime, list[str]] | None:
-    """The decoded cursor: [microseconds, then ``texts`` strings], or None (first page)."""
-    after = asked.after
-    if after is None:
-        return None
-    match after:
-        case [int(us), *rest] if (
-            not isinstance(us, bool)
-            and len(rest) == texts
-            and all(isinstance(part, str) for part in rest)
-        ):
-            return from_us(us), [str(part) for part in rest]
-    raise InvalidRequest("the cursor does not hold a position of this list")
 
 
 def _task_page(views: list[TaskView], limit: int, now: datetime) -> bytes:
@@ -85,23 +69,20 @@ def _task_page(views: list[TaskView], limit: int, now: datetime) -> bytes:
 async def list_tasks(request: web.Request) -> web.Response:
     asked = page_request(request, "tasks")
     where = TaskFilter(_choice(request, "state", TASK_STATES), _text(request, "worker"))
-    position = _position(asked, 1)
-    after = None if position is None else (position[0], position[1][0])
+    at = position(asked, 1)
+    after = None if at is None else (at[0], at[1][0])
     now = request.app[CLOCK].now()
     views = await request.app[STORE].tasks_page(where, after, asked.limit + 1, now)
     body = await asyncio.to_thread(_task_page, views, asked.limit, now)
-    return web.Response(body=body, content_type="application/json")
+    return json_body(body)
 
 
 def _effect_page(found: list[Effect], events: list[EffectEvent], limit: int) -> bytes:
     page = found[:limit]
-    trail: dict[tuple[str, str], list[EffectEvent]] = defaultdict(list)
-    for event in events:
-        trail[event.task, event.key].append(event)
     last = page[-1] if page else None
     more = len(found) > limit and last is not None
     answer = EffectPage(
-        effects=[EffectOut.of(e, trail[e.task, e.key]) for e in page],
+        effects=with_trails(page, events),
         next_cursor=next_cursor("all-effects", [to_us(last.created_at), last.task, last.key])
         if more and last
         else None,
@@ -126,10 +107,10 @@ async def list_effects(request: web.Request) -> web.Response:
     if task is not None and not _TASK.fullmatch(task):
         raise InvalidRequest(f"invalid task id {task[:64]!r}")
     where = EffectFilter(_choice(request, "state", _EFFECT_STATES), task, _text(request, "rule"))
-    position = _position(asked, 2)
-    after = None if position is None else (position[0], position[1][0], position[1][1])
+    at = position(asked, 2)
+    after = None if at is None else (at[0], at[1][0], at[1][1])
     store = request.app[STORE]
     found = await store.effects_across(where, after, asked.limit + 1)
     events = await store.effect_events_of([(e.task, e.key) for e in found[: asked.limit]])
     body = await asyncio.to_thread(_effect_page, found, events, asked.limit)
-    return web.Response(body=body, content_type="application/json")
+    return json_body(body)

@@ -14,11 +14,13 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 
 from sidecar.errors import InvalidRequest
+from sidecar.store.rows import from_us
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
@@ -53,6 +55,27 @@ def page_request(request: web.Request, kind: str) -> PageRequest:
         raise InvalidRequest(f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw_limit!r}")
     cursor = request.query.get("cursor")
     return PageRequest(int(raw_limit), None if cursor is None else _decode(cursor, kind))
+
+
+def position(asked: PageRequest, texts: int) -> tuple[datetime, list[str]] | None:
+    """A time-ordered list's cursor: [microseconds, then ``texts`` strings] decoded, or
+    None on the first page; 400 for anything else."""
+    after = asked.after
+    if after is None:
+        return None
+    match after:
+        case [int(us), *rest] if (
+            not isinstance(us, bool)
+            and len(rest) == texts
+            and all(isinstance(part, str) for part in rest)
+        ):
+            return from_us(us), [str(part) for part in rest]
+    raise InvalidRequest("the cursor does not hold a position of this list")
+
+
+def json_body(body: bytes) -> web.Response:
+    """A page already serialised (off the event loop) as the answer."""
+    return web.Response(body=body, content_type="application/json")
 
 
 def next_cursor(kind: str, position: Any) -> str:

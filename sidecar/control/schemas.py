@@ -8,6 +8,8 @@ Requests are strict (unknown fields refused) so that a typo such as ``generaton`
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -473,6 +475,15 @@ class EffectOut(Response):
             updated_at=e.updated_at,
             events=[EventOut.of(ev) for ev in events],
         )
+
+
+def with_trails(effects: Sequence[Effect], events: Iterable[EffectEvent]) -> list[EffectOut]:
+    """``effects`` as answered, each with its own audit trail out of ``events`` (oldest
+    first, as the store gives them)."""
+    trail: dict[tuple[str, str], list[EffectEvent]] = defaultdict(list)
+    for event in events:
+        trail[event.task, event.key].append(event)
+    return [EffectOut.of(e, trail[e.task, e.key]) for e in effects]
 
 
 class EffectList(Response):

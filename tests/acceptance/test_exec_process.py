@@ -18,17 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.acceptance.conftest import run_sidecar as sidecar
+
 pytestmark = pytest.mark.acceptance
-
-
-def sidecar(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sidecar", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def run_exec(url: str, task: str, *agent: str, flags: tuple[str, ...] = ()):

@@ -11,18 +11,9 @@ import pytest
 
 from sidecar.store import sqlfiles
 from sidecar.testing.processes import Child
+from tests.acceptance.conftest import run_sidecar as sidecar
 
 pytestmark = pytest.mark.acceptance
-
-
-def sidecar(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sidecar", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def post(url: str, body: dict) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -17,18 +16,9 @@ import pytest
 from sidecar.domain.model import EffectState
 from sidecar.store import create_store
 from sidecar.store.rows import to_us
+from tests.acceptance.conftest import run_sidecar as sidecar
 
 pytestmark = pytest.mark.acceptance
-
-
-def sidecar(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sidecar", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def post(url: str, body: dict) -> tuple[int, dict]:

@@ -17,6 +17,7 @@ import pytest
 
 from sidecar.testing import long_log
 from sidecar.testing.processes import Child
+from tests.acceptance.conftest import serving
 from tests.acceptance.memory import resident_mib
 
 pytestmark = pytest.mark.acceptance
@@ -28,20 +29,8 @@ EFFECTS = 50_000
 def sidecar_with_a_long_log(tmp_path: Path) -> Iterator[tuple[Child, str]]:
     data = tmp_path / "data"
     long_log.seed(data, EFFECTS)
-    child = Child.python(
-        "sidecar",
-        "serve",
-        "--data-dir",
-        str(data),
-        "--control-listen",
-        "127.0.0.1:0",
-        "--proxy-listen",
-        "127.0.0.1:0",
-        stderr_path=tmp_path / "sidecar.log",
-    )
-    with child:
-        url = child.wait_for(r"effect-sidecar ready control=(\S+)", timeout=30).group(1)
-        yield child, url
+    with serving(data, tmp_path / "sidecar.log") as started:
+        yield started
 
 
 def _get(url: str) -> tuple[dict, int, float]:

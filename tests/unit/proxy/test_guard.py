@@ -110,9 +110,14 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path, clock: ManualClock):
+def world(tmp_path: Path, clock: ManualClock) -> World:
+    return make_world(RULES, tmp_path, clock)
+
+
+def make_world(rules_text: str, tmp_path: Path, clock: ManualClock) -> World:
+    """A guard over a memory store, a fake upstream and the rules in ``rules_text``."""
     rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(RULES)
+    rules_file.write_text(rules_text)
     store = MemoryStore(clock=clock, new_attempt_id=sequential_ids())
     bindings = Bindings(store, clock, margin_s=2)
     store.observer = bindings

@@ -11,14 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.metrics import Metrics
-from sidecar.proxy.guard import EffectGuard
+from sidecar.clock import ManualClock
 from sidecar.proxy.upstream import UpstreamError
-from sidecar.recording.bindings import Bindings
-from sidecar.rules import load_rules
-from sidecar.store.memory import MemoryStore
-from tests.conftest import sequential_ids
-from tests.unit.proxy.test_guard import FakeUpstream, World, call, reply, request
+from tests.unit.proxy.test_guard import World, call, make_world, reply, request
 
 RULES = """
 rules:
@@ -38,16 +33,8 @@ SEND = f"/bot{TOKEN}/sendMessage"
 
 
 @pytest.fixture
-def world(tmp_path: Path, clock):
-    rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(RULES)
-    store = MemoryStore(clock=clock, new_attempt_id=sequential_ids())
-    bindings = Bindings(store, clock, margin_s=2)
-    store.observer = bindings
-    upstream = FakeUpstream()
-    rules = load_rules([rules_file])
-    guard = EffectGuard(store, rules, bindings, upstream, clock, Metrics(), store_retry_s=0.1)
-    return World(store, bindings, upstream, guard, rules)
+def world(tmp_path: Path, clock: ManualClock) -> World:
+    return make_world(RULES, tmp_path, clock)
 
 
 async def everything_kept(world: World, task: str) -> str:

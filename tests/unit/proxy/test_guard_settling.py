@@ -11,14 +11,8 @@ import pytest
 from sidecar.clock import ManualClock
 from sidecar.domain import settling
 from sidecar.domain.model import EffectState
-from sidecar.metrics import Metrics
-from sidecar.proxy.guard import EffectGuard
-from sidecar.recording.bindings import Bindings
-from sidecar.rules import load_rules
-from sidecar.store.memory import MemoryStore
 from sidecar.store.settle import landing_of, resolve_effect
-from tests.conftest import sequential_ids
-from tests.unit.proxy.test_guard import FakeUpstream, World, call, reply, request
+from tests.unit.proxy.test_guard import World, call, make_world, reply, request
 
 RULES = """
 rules:
@@ -36,15 +30,7 @@ KEY = "acme/app#thing:x"
 
 @pytest.fixture
 def world(tmp_path: Path, clock: ManualClock) -> World:
-    rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(RULES)
-    store = MemoryStore(clock=clock, new_attempt_id=sequential_ids())
-    bindings = Bindings(store, clock, margin_s=2)
-    store.observer = bindings
-    rules = load_rules([rules_file])
-    upstream = FakeUpstream()
-    guard = EffectGuard(store, rules, bindings, upstream, clock, Metrics(), store_retry_s=0.1)
-    return World(store, bindings, upstream, guard, rules)
+    return make_world(RULES, tmp_path, clock)
 
 
 def thing():
