@@ -28,7 +28,7 @@ from sidecar.clock import SystemClock
 from sidecar.config import Settings, parse_listen
 from sidecar.control.app import make_app
 from sidecar.control.auth import is_loopback
-from sidecar.control.keys import ProxyInfo
+from sidecar.control.keys import UPSTREAM, ProxyInfo
 from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
 from sidecar.leasekeeper import LeaseKeeper, StoreLeases
 from sidecar.metrics import Metrics
@@ -264,7 +264,7 @@ async def start(settings: Settings) -> Running:
                 guard, mirrors, task, attempt_id
             ),
         )
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(_probing_through(app, upstream), access_log=None)
         await runner.setup()
         stops.append(runner.cleanup)
         control_url = await _listen(runner, settings.control_listen)
@@ -296,6 +296,13 @@ async def start(settings: Settings) -> Running:
     return Running(
         store, control_url, proxy_url, info, rules, stops, pg_url, stop_requested, readiness
     )
+
+
+def _probing_through(app: web.Application, upstream: Upstream) -> web.Application:
+    """The control app with the proxy's upstream client: resume checks probe through it,
+    with its routes, exactly as the proxy would."""
+    app[UPSTREAM] = upstream
+    return app
 
 
 def _pg_relay(
@@ -336,7 +343,9 @@ def _pg_relay(
             client_reader, client_writer, server_reader, server_writer, frontend, backend, engine
         )
 
-    return Relay(PgUpstream.parse(settings.pg_upstream), session)
+    relay = Relay(PgUpstream.parse(settings.pg_upstream), session)
+    bindings.when_fenced(relay.close_attempt)
+    return relay
 
 
 async def _settle_attempt(guard: EffectGuard, mirrors: Mirrors, task: str, attempt_id: str) -> None:

@@ -42,6 +42,9 @@ VERB_MODULES = {
     "inject": "inject",
     "webhook": "webhook",
     "redirect": "redirect",
+    "matrix": "matrix",
+    "resume": "resume",
+    "review": "review",
 }
 
 USAGE_EXIT = 2

@@ -18,10 +18,28 @@ def register(verbs: Any) -> None:
         "pull request.",
     )
     parser.add_argument("--keep", type=Path, metavar="DIR", help="work (and keep logs) in DIR")
+    matrix = parser.add_argument_group(
+        "--matrix: the failure-injection matrix of the same agent (sidecar matrix)"
+    )
+    matrix.add_argument(
+        "--matrix",
+        action="store_true",
+        help="instead of the scenario, inject every fault at every effect of the agent and "
+        "write the filled matrix (exit 1 if a cell FAILs)",
+    )
+    matrix.add_argument(
+        "--out", type=Path, default=Path("sidecar-matrix"), metavar="DIR", help="(sidecar-matrix)"
+    )
+    matrix.add_argument("--jobs", type=int, default=4, metavar="N", help="cells at once (4)")
+    matrix.add_argument("--faults", metavar="LIST", help="a subset of the faults")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.matrix:
+        from sidecar.demo import matrix  # noqa: PLC0415 - imported only by this verb
+
+        return matrix.main(args.out.resolve(), jobs=args.jobs, faults=args.faults)
     from sidecar.demo import scenario  # noqa: PLC0415 - imported only by this verb
 
     return scenario.main(args.keep)

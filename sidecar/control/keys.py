@@ -9,6 +9,7 @@ from aiohttp import web
 
 from sidecar.clock import Clock
 from sidecar.metrics import Metrics
+from sidecar.proxy.exchange import Sender
 from sidecar.readiness import Readiness
 from sidecar.rules import RuleSet
 from sidecar.store import Store
@@ -39,3 +40,5 @@ class ProxyInfo:
 PROXY = web.AppKey("proxy", ProxyInfo)
 #: The sidecar's rules: how long a request of an effect may still land (resolutions).
 RULES = web.AppKey("rules", RuleSet)
+#: The proxy's upstream client (its --route table): what resume checks probe through.
+UPSTREAM: web.AppKey[Sender] = web.AppKey("upstream")

@@ -36,9 +36,15 @@ def git(workdir: Path, *args: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--task", required=True)
+    parser.add_argument(
+        "--task",
+        default=os.environ.get("SIDECAR_TASK"),
+        help="the task (default: SIDECAR_TASK, which `sidecar exec` sets)",
+    )
     parser.add_argument("--repo", required=True, help="owner/name")
     args = parser.parse_args()
+    if not args.task:
+        parser.error("--task is required (or SIDECAR_TASK)")
     api = os.environ.get("GITHUB_API_URL", "https://api.github.com")
     web = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
     model = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")

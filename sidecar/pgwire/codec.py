@@ -170,9 +170,17 @@ class FrontendReader(_Reader):
 class BackendReader(_Reader):
     """Messages from a server (every one typed, from the first)."""
 
+    #: the transaction status of the last ReadyForQuery framed: I idle, T in a
+    #: transaction, E in a failed one ("" until the first)
+    transaction_status: str = ""
+
     def feed(self, data: bytes) -> list[Message]:
         self._buffer += data
-        return self._framed()
+        framed = self._framed()
+        for m in framed:
+            if m.kind == b"Z" and len(m.raw) > 5:
+                self.transaction_status = chr(m.raw[5])
+        return framed
 
 
 def message(kind: bytes, body: bytes) -> bytes:

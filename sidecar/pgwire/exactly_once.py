@@ -29,6 +29,7 @@ both.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ from sidecar.rules import EffectKind, RuleSet
 from sidecar.rules.matcher import SqlRuleMatch
 from sidecar.rules.sql import Statement, split
 from sidecar.store import Store
+
+log = logging.getLogger("sidecar.pgwire")
 
 TX_CONTROL = frozenset({"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT",
                         "RELEASE", "PREPARE"})  # fmt: skip
@@ -297,6 +300,7 @@ class Statements:
         it: its Done if it ran, True if it was answered from its record, None if it
         failed.  The effect is logged pending while the record is inserted, and that
         write is awaited before the statement may run."""
+        failpoints.reach("sql.before_pending", match.rule.name)
         logging_it = asyncio.ensure_future(self.mirror.pending(binding, match, key, statement))
         try:
             await wire.ensure_schema()
@@ -317,6 +321,8 @@ class Statements:
             wire.answer(recalled.answer(simple=wire.simple))
             return True
         await self.mirror.run_again(binding, key, logged)
+        failpoints.reach("sql.before_statement", match.rule.name)
+        log.info("statement forwarded", extra=_forwarded(binding, key, match.rule.name))
         answers = await wire.run()
         done = Done(binding, key, match.rule.name, records.command_tag(answers))
         relayed = b"".join(a.raw for a in answers if a.kind != b"Z")
@@ -364,6 +370,7 @@ class Statements:
         run_it: Callable[[], Awaitable[list[Message]]],
         key: str,
     ) -> tuple[bytes, bool]:
+        failpoints.reach("sql.before_pending", match.rule.name)
         logged = await self.mirror.pending_effect(binding, match, key, statement)
         state = None if logged is None else logged.state
         if logged is not None and logged.state is EffectState.COMPLETED:
@@ -371,6 +378,8 @@ class Statements:
             self._replayed(binding, key, state, tag or "", match.rule.name)
             return messages.command_complete(tag or ""), True
         await self.mirror.run_again(binding, key, state)
+        failpoints.reach("sql.before_statement", match.rule.name)
+        log.info("statement forwarded", extra=_forwarded(binding, key, match.rule.name))
         answers = await run_it()
         done = Done(binding, key, match.rule.name, records.command_tag(answers))
         succeeded = not any(a.kind == b"E" for a in answers)
@@ -543,12 +552,20 @@ class Statements:
     async def _ensure_schema(self, conversation: Conversation, run: _Query | None) -> None:
         if self.database in self.shared.schemas_ready or self.schema_in_transaction:
             return
-        for sql in records.SCHEMA:
+
+        async def ask(sql: str) -> list[Message]:
             if run is None:
                 answers = await conversation.ask(*records.request(sql, [], sync=False))
             else:
                 answers = await self._ask(conversation, run, *records.request(sql, [], sync=True))
             records.raise_on_error(answers, "cannot create the effect_sidecar schema")
+            return answers
+
+        if records.schema_exists(await ask(records.SCHEMA_EXISTS)):
+            self.shared.schemas_ready.add(self.database)
+            return
+        for sql in records.SCHEMA:
+            await ask(sql)
         self.schema_in_transaction = True
 
     def _check_record(self, answers: list[Message]) -> None:
@@ -593,3 +610,8 @@ def _kinds_needed(rules: RuleSet) -> frozenset[str] | None:
         elif not condition.comment:
             return None
     return frozenset(kinds)
+
+
+def _forwarded(binding: Binding, key: str, rule: str) -> dict[str, object]:
+    """The fields of the one log line per statement sent (``sidecar matrix`` counts them)."""
+    return {"task": binding.task, "attempt_id": binding.attempt_id, "rule": rule, "effect_key": key}

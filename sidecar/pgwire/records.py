@@ -21,6 +21,11 @@ from sidecar.pgwire import messages
 from sidecar.pgwire.codec import Message
 from sidecar.pgwire.session import SKIPPED
 
+# Asked first: when the table exists (every start but the first), the locked creation
+# below is skipped.  It runs in the agent's transaction, so its advisory lock would be held
+# until that transaction ends: one stalled agent (or a frozen sidecar) in the middle of a
+# transaction would stop every other sidecar's first statement on this database.
+SCHEMA_EXISTS = "SELECT to_regclass('effect_sidecar.effects') IS NOT NULL"
 SCHEMA = (
     "SELECT pg_advisory_xact_lock(7301729000)",
     "CREATE SCHEMA IF NOT EXISTS effect_sidecar",
@@ -102,6 +107,12 @@ def complete_values(task: str, key: str, tag: str, description: bytes, rows: byt
 def is_new(answers: list[Message]) -> bool:
     """Whether RECORD inserted its row (the statement must run) - after raise_on_error."""
     return any(a.kind == b"D" for a in answers)
+
+
+def schema_exists(answers: list[Message]) -> bool:
+    """SCHEMA_EXISTS's answer - after raise_on_error."""
+    row = next((messages.data_row_values(a) for a in answers if a.kind == b"D"), [b"f"])
+    return row[0] == b"t"
 
 
 def recalled(answers: list[Message]) -> Recalled:

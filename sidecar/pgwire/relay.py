@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, StaleGeneration
 from sidecar.pgwire import messages
 from sidecar.pgwire.codec import (
     CANCEL_REQUEST,
@@ -122,6 +122,9 @@ type Started = tuple[
     BindRequest, dict[str, str], asyncio.StreamReader, asyncio.StreamWriter, BackendReader
 ]
 
+# An open connection: the agent's side, the server's side, the server's messages.
+type _Open = tuple[asyncio.StreamWriter, asyncio.StreamWriter, BackendReader]
+
 # As PostgreSQL's authentication_timeout: a connection that has not finished its start-up
 # and authentication by then is closed, so half-started connections cannot pile up.
 AUTHENTICATION_TIMEOUT_S = 60.0
@@ -139,6 +142,8 @@ class Relay:
         self.session = session
         self.authentication_timeout_s = authentication_timeout_s
         self._server: asyncio.Server | None = None
+        # attempt id -> its open connections: agent side, server side, server messages
+        self._by_attempt: dict[str, set[_Open]] = {}
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         try:
@@ -187,6 +192,9 @@ class Relay:
         if started is None:
             return
         bind, parameters, up_reader, up_writer, backend = started
+        pair = (writer, up_writer, backend)
+        if bind.attempt_id is not None:
+            self._by_attempt.setdefault(bind.attempt_id, set()).add(pair)
         try:
             await self.session(
                 reader, writer, up_reader, up_writer, frontend, backend, bind, parameters
@@ -196,6 +204,37 @@ class Relay:
             # rolls back (a session that failed half-way leaves nothing done unrecorded).
             with contextlib.suppress(Exception):
                 up_writer.close()
+            if bind.attempt_id is not None:
+                left = self._by_attempt.get(bind.attempt_id, set())
+                left.discard(pair)
+                if not left:
+                    self._by_attempt.pop(bind.attempt_id, None)
+
+    def close_attempt(self, stale: StaleGeneration) -> None:
+        """Close the connections of an attempt that lost its lease while they are inside
+        a transaction.  Fencing refuses its next statement anyway; closing also rolls back
+        the transaction it left open (a worker frozen mid-transaction), whose row locks
+        would otherwise stop the attempt that took over - on the very rows it must write.
+        An idle connection stays: reads are not effects, and its next write is refused
+        (and audited) like any stale write."""
+        text = (
+            f"effect-sidecar: attempt {stale.attempt_id} (generation {stale.generation}) of "
+            f"task {stale.task} no longer holds the lease ({stale.reason}): its connection "
+            "is closed and its open transaction rolled back"
+        )
+        for client, server, backend in list(self._by_attempt.get(stale.attempt_id, ())):
+            if backend.transaction_status not in ("T", "E"):
+                continue
+            log.warning(
+                "closing a PostgreSQL connection of attempt %s in a transaction: %s",
+                stale.attempt_id, stale.reason,
+                extra={"task": stale.task, "attempt_id": stale.attempt_id},
+            )  # fmt: skip
+            with contextlib.suppress(Exception):
+                server.close()  # the server rolls the open transaction back
+            with contextlib.suppress(Exception):
+                client.write(messages.error_response("ES409", text, severity="FATAL"))
+                client.close()
 
     async def _started(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frontend: FrontendReader

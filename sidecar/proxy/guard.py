@@ -30,6 +30,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from yarl import URL
+
 from sidecar import failpoints
 from sidecar.aio import spawn
 from sidecar.clock import Clock
@@ -228,6 +230,7 @@ class EffectGuard:
             request.headers,
             None if call.described.push is not None else request.body,
         )
+        failpoints.reach("effect.before_pending", call.rule.name)
         try:
             effect = await self._recorder.durably(
                 lambda: self._store.record_pending(
@@ -485,14 +488,11 @@ class EffectGuard:
         # The agent is answered by the rule's timeout, and never past the lease (after it,
         # another attempt may probe); the connection itself is kept settle_s longer.
         answer_within = max(0.001, min(rule.timeout_s, time_left.total_seconds()))
+        # The one record of each forward (``sidecar matrix`` counts them): written before
+        # the request leaves, so a sidecar killed right after it still shows it.
+        log.info("effect forwarded", extra=call.fields)
         sending = asyncio.ensure_future(
-            self._upstream.send(
-                facts.method,
-                url,
-                headers,
-                request.body or None,
-                timeout_s=rule.timeout_s + rule.settle_s,
-            )
+            self._send(call, url, headers, timeout_s=rule.timeout_s + rule.settle_s)
         )
         slot = (call.binding.task, effect.key)
         try:
@@ -536,6 +536,15 @@ class EffectGuard:
         self._first_try_ended(slot)
         failpoints.reach("effect.after_upstream", rule.name)
         return await self._record_reply(call, effect, reply, disposition)
+
+    async def _send(
+        self, call: Call, url: URL, headers: list[tuple[str, str]], timeout_s: float
+    ) -> Reply:
+        reply = await self._upstream.send(
+            call.request.facts.method, url, headers, call.request.body or None, timeout_s=timeout_s
+        )
+        await failpoints.late("effect.upstream_answer", call.rule.name)  # a late answer
+        return reply
 
     async def _record_reply(
         self, call: Call, effect: Effect, reply: Reply, disposition: str, *, late: bool = False

@@ -22,6 +22,7 @@ matched writes before the store would.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -60,6 +61,13 @@ class Bindings(WriteObserver):
         self._margin_s = margin_s
         self._current: dict[str, Binding] = {}
         self._fenced: dict[str, StaleGeneration] = {}
+        self._when_fenced: list[Callable[[StaleGeneration], None]] = []
+
+    def when_fenced(self, listener: Callable[[StaleGeneration], None]) -> None:
+        """Call ``listener`` each time an attempt is fenced off here (superseded by a
+        claim, or released): the PostgreSQL relay closes that attempt's connections, so
+        an open transaction of a stalled worker cannot hold its locks against the next."""
+        self._when_fenced.append(listener)
 
     # ---- store observer: keep up with leases written through this sidecar ---------
 
@@ -92,9 +100,12 @@ class Bindings(WriteObserver):
                 del self._current[error.task]
 
     def _fence(self, binding: Binding, current: int, reason: str) -> None:
-        self._fenced[binding.attempt_id] = StaleGeneration(
+        stale = StaleGeneration(
             binding.task, binding.attempt_id, binding.generation, current, reason
         )
+        self._fenced[binding.attempt_id] = stale
+        for listener in self._when_fenced:
+            listener(stale)
 
     def _learn(self, state: TaskState) -> Binding | None:
         lease = state.lease

@@ -104,6 +104,23 @@ class EffectFilter:
     rule: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StageRow:
+    """One checkpoint as ``sidecar review`` reads it: when it was written, and what its
+    attempt and task say about the lease (the attempt's claim, how and until when its
+    lease held, the ``ttl_s`` the task's latest claim or heartbeat asked for)."""
+
+    task: str
+    seq: int
+    stage: str
+    attempt_id: str
+    at: datetime
+    claimed_at: datetime
+    end_reason: str | None
+    lease_until: datetime | None
+    ttl_s: float | None
+
+
 class Store(ABC):
     """Leases, checkpoints and the effect log, behind one seam chosen by URL."""
 
@@ -212,6 +229,29 @@ class Store(ABC):
 
     @abstractmethod
     async def refusals(self, task: str) -> list[FenceRefusal]: ...
+
+    # ---- windowed reads for `sidecar review`: a page at a time, by cursor ----------
+
+    @abstractmethod
+    async def events_since(
+        self, since: datetime, events: Sequence[str], after_id: int, limit: int
+    ) -> list[tuple[int, EffectEvent]]:
+        """At most ``limit`` audit lines named one of ``events``, at or after ``since``,
+        with their position, in position order after ``after_id`` (0 for the first page)."""
+
+    @abstractmethod
+    async def refusals_since(
+        self, since: datetime, after_id: int, limit: int
+    ) -> list[tuple[int, FenceRefusal]]:
+        """At most ``limit`` fence refusals at or after ``since``, with their position, in
+        position order after ``after_id`` (0 for the first page)."""
+
+    @abstractmethod
+    async def stages_since(
+        self, since: datetime, after: tuple[str, int] | None, limit: int
+    ) -> list[StageRow]:
+        """At most ``limit`` checkpoints of attempts claimed at or after ``since``, in
+        ``(task, seq)`` order after ``after``: an attempt's checkpoints come together."""
 
     # ---- named writes ------------------------------------------------------------
 

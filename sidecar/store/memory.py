@@ -24,7 +24,7 @@ from sidecar.domain.model import (
     TaskState,
     TaskView,
 )
-from sidecar.store.base import EffectFilter, Store, StoreInfo, TaskFilter
+from sidecar.store.base import EffectFilter, StageRow, Store, StoreInfo, TaskFilter
 from sidecar.store.commands import Command, Context
 
 
@@ -249,3 +249,46 @@ class MemoryStore(Store):
 
     async def refusals(self, task: str) -> list[FenceRefusal]:
         return [r for r in self._state.refusals if r.task == task]
+
+    # Positions are places in the in-memory lists (from 1): enough for one process.
+
+    async def events_since(
+        self, since: datetime, events: Sequence[str], after_id: int, limit: int
+    ) -> list[tuple[int, EffectEvent]]:
+        wanted = set(events)
+        found = [
+            (i, e)
+            for i, e in enumerate(self._state.events, start=1)
+            if i > after_id and e.at >= since and e.event in wanted
+        ]
+        return found[:limit]
+
+    async def refusals_since(
+        self, since: datetime, after_id: int, limit: int
+    ) -> list[tuple[int, FenceRefusal]]:
+        found = [
+            (i, r)
+            for i, r in enumerate(self._state.refusals, start=1)
+            if i > after_id and r.at >= since
+        ]
+        return found[:limit]
+
+    async def stages_since(
+        self, since: datetime, after: tuple[str, int] | None, limit: int
+    ) -> list[StageRow]:
+        found: list[StageRow] = []
+        for task in sorted(self._state.checkpoints):
+            state = self._state.tasks.get(task)
+            ttl = state.lease.ttl_s if state is not None and state.lease is not None else None
+            for c in self._state.checkpoints[task]:
+                attempt = self._state.attempts[c.attempt_id]
+                if attempt.claimed_at < since or (after is not None and (task, c.seq) <= after):
+                    continue
+                reason = attempt.end_reason.value if attempt.end_reason is not None else None
+                found.append(
+                    StageRow(
+                        task, c.seq, c.stage, c.attempt_id, c.created_at,
+                        attempt.claimed_at, reason, attempt.lease_until, ttl,
+                    )
+                )  # fmt: skip
+        return found[:limit]

@@ -15,7 +15,7 @@ from typing import Any
 
 from sidecar.domain.model import Attempt, Checkpoint, Effect, EffectEvent, FenceRefusal, TaskView
 from sidecar.store import rows
-from sidecar.store.base import EffectFilter, Store, TaskFilter
+from sidecar.store.base import EffectFilter, StageRow, Store, TaskFilter
 
 # A cursor position later than any stored time: newest-first listings start below it.
 _AFTER_ALL = 1 << 62
@@ -134,3 +134,35 @@ class SQLReads(Store):
 
     async def refusals(self, task: str) -> list[FenceRefusal]:
         return [rows.refusal(r) for r in await self._fetch("task_refusals", (task,))]
+
+    async def events_since(
+        self, since: datetime, events: Sequence[str], after_id: int, limit: int
+    ) -> list[tuple[int, EffectEvent]]:
+        params = (after_id, rows.to_us(since), *self._tasks_param(list(events)), limit)
+        return [(int(r[0]), rows.event(r[1:])) for r in await self._fetch("events_since", params)]
+
+    async def refusals_since(
+        self, since: datetime, after_id: int, limit: int
+    ) -> list[tuple[int, FenceRefusal]]:
+        found = await self._fetch("refusals_since", (after_id, rows.to_us(since), limit))
+        return [(int(r[0]), rows.refusal(r[1:])) for r in found]
+
+    async def stages_since(
+        self, since: datetime, after: tuple[str, int] | None, limit: int
+    ) -> list[StageRow]:
+        task, seq = after if after is not None else ("", 0)
+        params = (rows.to_us(since), task, task, seq, limit)
+        return [
+            StageRow(
+                task=r[0],
+                seq=int(r[1]),
+                stage=r[2],
+                attempt_id=r[3],
+                at=rows.from_us(r[4]),
+                claimed_at=rows.from_us(r[5]),
+                end_reason=r[6],
+                lease_until=None if r[7] is None else rows.from_us(r[7]),
+                ttl_s=None if r[8] is None else float(r[8]),
+            )
+            for r in await self._fetch("stages_since", params)
+        ]

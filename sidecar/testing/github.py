@@ -8,7 +8,7 @@
 
 The sidecar routes api.github.com and github.com to the emulator and api.openai.com to
 the model, with the github and llm-cache packs (or rules you give).  Used by
-``sidecar demo``, the GitHub acceptance tests and, later, ``sidecar matrix``.
+``sidecar demo`` (and ``demo --matrix``) and the GitHub acceptance tests.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ the demo's model, one of each, shared by every node) and runs the demo agent und
 `sidecar exec`, the agent and git, i.e. its process group - the moment git has recorded
 a branch push as accepted, before the agent does anything else: no timing race.
 
-Used by the cross-node acceptance tests and, later, by ``sidecar matrix``.
+Used by the cross-node acceptance tests.
 """
 
 from __future__ import annotations

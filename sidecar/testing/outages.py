@@ -25,7 +25,7 @@ each timed.  The rules (:data:`RULES`) mark ``POST .../things`` as non-idempoten
 effects of the counting upstream (:mod:`sidecar.testing.upstream`), ``POST /effects/ID``
 as idempotent and every GET as a read.
 
-Used by tests/acceptance/store/test_store_outage.py and, later, by ``sidecar matrix``.
+Used by tests/acceptance/store/test_store_outage.py.
 """
 
 from __future__ import annotations

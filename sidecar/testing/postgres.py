@@ -12,8 +12,7 @@ the sidecar.
 Agents get ``DATABASE_URL`` (and libpq's ``PGHOST``/``PGPORT``/``PGUSER``/``PGDATABASE``)
 naming the sidecar's PostgreSQL port; `sidecar exec` adds the ``PGOPTIONS`` that bind
 their connections to the attempt.  The server is ``$SIDECAR_TEST_POSTGRES`` (default
-``postgresql://postgres@127.0.0.1:5432/test``).  Used by the acceptance tests and, later,
-by ``sidecar matrix``.
+``postgresql://postgres@127.0.0.1:5432/test``).  Used by the acceptance tests.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 
 The sidecar's traffic for every name in ``hosts`` is routed to the counting upstream
 (``sidecar.testing.upstream``), so agents call real-looking HTTPS URLs that never leave
-the machine.  Used by the acceptance tests and, later, by ``sidecar matrix``.
+the machine.  Used by the acceptance tests.
 """
 
 from __future__ import annotations

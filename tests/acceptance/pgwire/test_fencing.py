@@ -83,7 +83,7 @@ def stale_writes_counted(world: PostgresWorld) -> float:
     )
 
 
-def test_a_stale_statement_inside_a_transaction_fails_that_transaction(
+def test_a_stale_transaction_is_closed_at_the_takeover_and_rolled_back(
     world: PostgresWorld,
 ) -> None:
     world.rows("CREATE TABLE notes (body text)")
@@ -91,14 +91,35 @@ def test_a_stale_statement_inside_a_transaction_fails_that_transaction(
     with connect(world, stale) as db:
         db.execute("INSERT INTO notes VALUES ('unguarded write of a')")
         take_over(world)
+        # Closed at the claim, not at its next statement: a stalled worker's open
+        # transaction must not hold its locks against the attempt that took over.
         with pytest.raises(psycopg.Error) as refused:
             db.execute("CREATE TABLE written_by_a (id integer)")
         assert refused.value.sqlstate == "ES409"
-        with pytest.raises(errors.InFailedSqlTransaction):
-            db.execute("SELECT 1")
-        db.rollback()
+        assert "no longer holds the lease" in str(refused.value)
+        assert db.broken
     assert not exists(world, "written_by_a")
     assert world.value("SELECT count(*) FROM notes") == 0  # its whole transaction is gone
+
+
+def test_a_frozen_stale_transaction_does_not_block_the_worker_that_took_over(
+    world: PostgresWorld,
+) -> None:
+    world.rows("CREATE TABLE accounts (id integer PRIMARY KEY, balance integer)")
+    world.rows("INSERT INTO accounts VALUES (1, 100)")
+    stale = world.claim("312", "worker-a", ttl_s=STALE_TTL_S)
+    db = connect(world, stale)
+    try:
+        db.execute("UPDATE accounts SET balance = 0 WHERE id = 1")  # holds the row lock
+        current = take_over(world)  # ... and worker-a stalls: it sends nothing more
+        with connect(world, current, autocommit=True) as taken_over:
+            taken_over.execute("SET statement_timeout = '5s'")
+            taken_over.execute("UPDATE accounts SET balance = balance + 1 WHERE id = 1")
+        with pytest.raises(psycopg.Error):
+            db.commit()  # worker-a comes back: its transaction is gone
+    finally:
+        db.close()
+    assert world.value("SELECT balance FROM accounts WHERE id = 1") == 101
 
 
 def test_a_connection_bound_to_no_task_cannot_run_matched_statements(

@@ -262,3 +262,30 @@ DELETE FROM attempts WHERE task = %s;
 
 -- name: delete_task_tasks
 DELETE FROM tasks WHERE task = %s;
+
+-- name: events_since
+-- `sidecar review`: audit lines of the given kinds (a text array) at or after a time,
+-- a page at a time in id order.  Parameters: after_id, since, kinds, limit.
+SELECT ev.id, ev.task, ev.key, ev.event, ev.attempt_id, ev.generation, ev.at, ev.detail
+FROM effect_events AS ev
+WHERE ev.id > %s AND ev.at >= %s AND ev.event = ANY(%s::text[])
+ORDER BY ev.id LIMIT %s;
+
+-- name: refusals_since
+-- `sidecar review`: fence refusals at or after a time, a page at a time in id order.
+SELECT id, task, operation, attempt_id, generation, current_generation, at, reason
+FROM fence_refusals
+WHERE id > %s AND at >= %s
+ORDER BY id LIMIT %s;
+
+-- name: stages_since
+-- `sidecar review`: checkpoints of attempts claimed at or after a time, with their
+-- attempt's claim and end and the task's lease ttl, in (task, seq) order after a cursor.
+-- Parameters: since, after_task, after_task, after_seq, limit.
+SELECT c.task, c.seq, c.stage, c.attempt_id, c.created_at, a.claimed_at, a.end_reason,
+       a.lease_until, l.ttl_s
+FROM checkpoints AS c
+JOIN attempts AS a ON a.attempt_id = c.attempt_id
+LEFT JOIN leases AS l ON l.task = c.task
+WHERE a.claimed_at >= %s AND (c.task > %s OR (c.task = %s AND c.seq > %s))
+ORDER BY c.task, c.seq LIMIT %s;

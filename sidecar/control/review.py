@@ -1,0 +1,78 @@
+"""Routes of ``sidecar review`` against a running sidecar.
+
+``GET /v1/review?since=30d`` answers the window's figures (:mod:`sidecar.review.figures`),
+read from the store a page at a time (:mod:`sidecar.review.collect`); it writes nothing,
+so the review's own measurements in it are null - the CLI makes them through the claim,
+release and checkpoint routes.  ``DELETE /v1/review/scratch/{task}`` removes the CLI's
+scratch task afterwards; it deletes nothing but tasks named as the review names them
+(:data:`sidecar.review.SCRATCH_PREFIX`), and only once no lease on one is live.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict
+
+from sidecar.cli.lifecycle import duration
+from sidecar.control.endpoints import Api, json_answer, task_param
+from sidecar.control.keys import CLOCK, STORE
+from sidecar.errors import InvalidRequest
+from sidecar.review import SCRATCH_PREFIX
+from sidecar.review.collect import collect
+from sidecar.review.figures import Review
+
+api = Api("review")
+_PROBLEMS = ("invalid_request", "store_unavailable", "unauthorized")
+DEFAULT_SINCE = "30d"
+
+
+class ScratchRemoved(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    task: str
+    deleted: bool
+    #: why it was kept, when it was (e.g. its lease is live).
+    kept: str | None
+
+
+@api.route(
+    "GET",
+    "/v1/review",
+    summary="The monthly review's figures since ?since= (a duration: 30d, 12h, 90m; "
+    "default 30d): replays, what waited for a human, uncovered writes, refused stale "
+    "writes, stage durations against the lease. Read-only.",
+    answer=Review,
+    problems=_PROBLEMS,
+)
+async def review(request: web.Request) -> web.Response:
+    given = request.query.get("since", DEFAULT_SINCE)
+    try:
+        back = duration(given[:32])
+    except argparse.ArgumentTypeError as exc:
+        raise InvalidRequest(f"since must be a duration such as 30d, 12h or 90m: {exc}") from exc
+    if back > timedelta(days=3660):
+        raise InvalidRequest("since must be at most 3660d")
+    now = request.app[CLOCK].now()
+    figures = await collect(request.app[STORE], now - back, now, source=str(request.url.origin()))
+    return json_answer(figures)
+
+
+@api.route(
+    "DELETE",
+    "/v1/review/scratch/{task}",
+    summary="Delete a scratch task of `sidecar review`'s fencing proof (only tasks named "
+    f"{SCRATCH_PREFIX}...; kept while its lease is live).",
+    answer=ScratchRemoved,
+    problems=_PROBLEMS,
+)
+async def remove_scratch(request: web.Request) -> web.Response:
+    task = task_param(request)
+    if not task.startswith(SCRATCH_PREFIX):
+        raise InvalidRequest(f"only the review's scratch tasks ({SCRATCH_PREFIX}...) go here")
+    # A cutoff ahead of now: the scratch task was just written and is to go at once.
+    cutoff = request.app[CLOCK].now() + timedelta(hours=1)
+    found = await request.app[STORE].prune_task(task, cutoff)
+    return json_answer(ScratchRemoved(task=task, deleted=found.deleted, kept=found.kept))

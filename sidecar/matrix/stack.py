@@ -1,0 +1,253 @@
+"""A cell's private world: its own sidecar (data dir, free ports), and the user's agent
+run under ``sidecar exec`` against it as one attempt after another.
+
+The sidecar is a real ``sidecar serve`` process; a restart after a kill reuses its data
+and ports (the agent's next attempt finds it where the last one did).  What the cell
+later checks is read from the sidecar itself: its control API (the task, its effects and
+audit trail) and its log, whose one ``effect forwarded`` / ``statement forwarded`` line
+per request sent is the sidecar's own record of every forward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from sidecar.errors import SidecarError
+from sidecar.testing.processes import Child, ProcessFailed
+
+READY = r"effect-sidecar ready control=(\S+) proxy=(\S+)(?: pg=(\S+))? ca="
+FORWARDED = ("effect forwarded", "statement forwarded")
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What every cell's sidecar and agent are started with (from the command line)."""
+
+    agent: tuple[str, ...]
+    rules: tuple[Path, ...] = ()
+    routes: tuple[str, ...] = ()
+    pg_upstream: str | None = None
+    lease_ttl_s: float = 4.0
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class PrivateSidecar:
+    root: Path
+    setup: Setup
+    child: Child | None = None
+    control: str = ""
+    proxy: str = ""
+    pg: str = ""
+    starts: int = 0
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "sidecar-data"
+
+    @property
+    def store_file(self) -> Path:
+        return self.data_dir / "effects.db"
+
+    @property
+    def pid(self) -> int:
+        assert self.child is not None
+        return self.child.pid
+
+    def start(self, failpoints: str = "") -> None:
+        """Start it (again, on the same data and ports after a kill)."""
+        if self.child is not None:
+            self.child.kill()
+        args = ["serve", "--data-dir", str(self.data_dir), "--log-level", "info"]
+        args += ["--control-listen", self.control.removeprefix("http://") or "127.0.0.1:0"]
+        args += ["--proxy-listen", self.proxy.removeprefix("http://") or "127.0.0.1:0"]
+        for path in self.setup.rules:
+            args += ["--rules", str(path)]
+        for route in self.setup.routes:
+            args += ["--route", route]
+        if self.setup.pg_upstream:
+            args += ["--pg-upstream", server_only(self.setup.pg_upstream)]
+            args += ["--pg-listen", urlsplit(self.pg).netloc or "127.0.0.1:0"]
+        env = dict(os.environ)
+        env.pop("SIDECAR_FAILPOINTS", None)
+        if failpoints:
+            env["SIDECAR_FAILPOINTS"] = failpoints
+        self.starts += 1
+        self.child = Child(
+            [sys.executable, "-m", "sidecar", *args],
+            env=env,
+            stderr_path=self.root / f"sidecar-{self.starts}.log",
+        )
+        try:
+            ready = self.child.wait_for(READY, timeout=60)
+        except ProcessFailed as failed:
+            raise SidecarError(f"the cell's sidecar did not start: {failed}") from failed
+        self.control, self.proxy = ready.group(1, 2)
+        self.pg = ready.group(3) or ""
+
+    def stopped(self) -> bool:
+        """Whether the sidecar is frozen (it stopped itself at a failpoint)."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return False
+        return fields[0] in ("T", "t")
+
+    def alive(self) -> bool:
+        return self.child is not None and self.child.proc.poll() is None
+
+    def thaw(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def close(self) -> None:
+        if self.child is not None:
+            if self.stopped():
+                self.thaw()
+            self.child.terminate(timeout=5)
+
+    # ---- what the sidecar knows ----------------------------------------------------
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"{self.control}{path}", timeout=15) as answer:  # noqa: S310 - the cell's own loopback sidecar
+            return json.load(answer)
+
+    def task(self, task: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self.get(f"/v1/tasks/{quote(task, safe='')}")
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            raise
+        return found
+
+    def effects(self, task: str) -> list[dict[str, Any]]:
+        """Every effect of ``task`` with its audit trail, in the order they were first
+        recorded."""
+        found: list[dict[str, Any]] = []
+        cursor = ""
+        while True:
+            page = self.get(f"/v1/tasks/{quote(task, safe='')}/effects?limit=500{cursor}")
+            found += page["effects"]
+            if not page.get("next_cursor"):
+                break
+            cursor = f"&cursor={quote(page['next_cursor'], safe='')}"
+        return sorted(found, key=lambda e: str(e["created_at"]))
+
+    def forwards(self, task: str) -> Counter[str]:
+        """How many times each effect of ``task`` was sent, from the sidecar's logs."""
+        sent: Counter[str] = Counter()
+        for log in sorted(self.root.glob("sidecar-*.log")):
+            for line in log.read_text(errors="replace").splitlines():
+                if not line.startswith("{"):
+                    continue
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue  # a line cut off by the SIGKILL
+                if entry.get("msg") in FORWARDED and entry.get("task") == task:
+                    sent[str(entry.get("effect_key"))] += 1
+        return sent
+
+    def log_mentions(self, text: str) -> bool:
+        return any(
+            text in log.read_text(errors="replace") for log in self.root.glob("sidecar-*.log")
+        )
+
+
+@dataclass
+class Attempts:
+    """The user's agent run as attempts of one task, each under its own worker name."""
+
+    sidecar: PrivateSidecar
+    task: str
+    runs: list[Child] = field(default_factory=list)
+
+    def start(self, *, wait_s: float = 0.0) -> Child:
+        setup, sidecar = self.sidecar.setup, self.sidecar
+        n = len(self.runs) + 1
+        argv = [sys.executable, "-m", "sidecar", "exec", "--control", sidecar.control]
+        argv += ["--task", self.task, "--worker", f"worker-{n}"]
+        argv += ["--lease-ttl-s", f"{setup.lease_ttl_s:g}", "--wait-s", f"{wait_s:g}"]
+        argv += ["--", *setup.agent]
+        env = dict(os.environ) | dict(setup.extra_env)
+        env["SIDECAR_MATRIX_TASK"] = self.task
+        if sidecar.pg:
+            env["SIDECAR_PG_URL"] = sidecar.pg
+            if setup.pg_upstream:
+                env["DATABASE_URL"] = through_relay(setup.pg_upstream, sidecar.pg)
+        log = self.sidecar.root / f"attempt-{n}.log"
+        run = Child(argv, env=env, stderr_path=log)
+        self.runs.append(run)
+        return run
+
+    def finish(self, *, timeout_s: float, attempts: int = 30) -> tuple[int | None, str]:
+        """Run attempts, as a supervisor restarts a failed agent (with a growing pause),
+        until one exits 0, an effect waits for a human, or ``timeout_s`` has passed.
+        Returns the last exit status and why it stopped.  (An effect whose first try may
+        still land makes attempts fail until its settle time is over: that is the product
+        refusing to guess, so the cell waits it out.)"""
+        deadline = time.monotonic() + timeout_s
+        status: int | None = None
+        pause = 0.5
+        for _ in range(attempts):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            run = self.start(wait_s=min(left, 3 * self.sidecar.setup.lease_ttl_s + 60))
+            try:
+                status = run.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                run.kill_group()
+                return None, f"attempt {len(self.runs)} did not end within {timeout_s:g}s"
+            if status == 0:
+                return 0, "finished"
+            if self.blocked():
+                return status, "an effect waits for a human"
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 10.0)
+        return status, f"{len(self.runs)} attempts did not finish (last exit {status})"
+
+    def blocked(self) -> list[dict[str, Any]]:
+        """The task's effects that wait for a human (CANNOT DETERMINE)."""
+        return [
+            effect
+            for effect in self.sidecar.effects(self.task)
+            if effect["state"] == "unknown"
+            and any(event["event"] == "blocked" for event in effect["events"])
+        ]
+
+    def kill_all(self) -> None:
+        for run in self.runs:
+            if run.proc.poll() is None:
+                try:
+                    os.killpg(run.pid, signal.SIGCONT)
+                    run.kill_group()
+                except ProcessLookupError:
+                    pass
+            run.kill()
+
+
+def through_relay(upstream: str, relay: str) -> str:
+    """The user's database URL with the relay's address in place of the server's."""
+    parts, at = urlsplit(upstream), urlsplit(relay).netloc
+    user = parts.netloc.rpartition("@")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}@{at}" if user else at))
+
+
+def server_only(url: str) -> str:
+    """The server part of the user's database URL, as ``serve --pg-upstream`` takes it:
+    the agent authenticates itself, so no user, password or database."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], "", parts.query, ""))

@@ -1,0 +1,35 @@
+"""`sidecar demo --matrix`: the reference agent's matrix on the GitHub emulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.conftest import run_sidecar
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.mark.timeout(600)
+def test_the_reference_agents_matrix_is_filled_on_the_emulator(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_sidecar(
+        "demo", "--matrix", "--faults", "sidecar-killed-after-record", "--out", str(out),
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    cells = json.loads((out / "matrix.json").read_text())["cells"]
+    assert [c["rule"] for c in cells] == [
+        "openai.chat.completions",
+        "github.git.push",
+        "github.pulls.create",
+        "github.issues.comments.create",
+    ]
+    assert {c["verdict"] for c in cells} == {"PASS"}
+    # each cell counted its branch, pull request and comment on the emulator
+    assert all(
+        any("1 branch(es), 1 pull request(s), 1 comment(s)" in e for e in c["evidence"])
+        for c in cells
+    )

@@ -1,0 +1,80 @@
+"""`sidecar matrix` on an agent written only for these tests, against a counting upstream.
+
+Every cell is a real run: the agent and its sidecar are real processes, killed with a
+real SIGKILL (or frozen with SIGSTOP, or the store's file really locked), and each cell
+is checked by counting charges, invoices and receipts on the upstream itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from sidecar.matrix.faults import FAULTS
+from tests.acceptance.matrix.conftest import AGENTS, HERE, cells, matrix, shop_matrix
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.mark.timeout(600)  # 27 cells, four at a time: about two minutes
+def test_every_cell_of_a_well_ruled_agent_passes(tmp_path: Path, upstream: str) -> None:
+    out = tmp_path / "out"
+    done = shop_matrix(out, upstream, "shop.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = cells(out)
+    assert len(found) == 3 * len(FAULTS)  # a charge, an invoice, a receipt x every fault
+    assert {(c["verdict"], c["fault"]) for c in found} == {("PASS", f.name) for f in FAULTS}
+    assert all(any("--check passed" in e for e in c["evidence"]) for c in found)
+    table = (out / "matrix.md").read_text()
+    assert table.count("| TESTED ") == len(found)
+    assert "Any stage: lease expiry while worker is slow" in table
+    assert f"matrix: {len(found)} cells in" in done.stdout
+    progress = done.stderr
+    assert "clean run: 3 effect(s)" in progress
+    assert f"cell {len(found)}/{len(found)}" in progress
+    assert "ETA" in progress
+
+
+def test_a_key_that_changes_between_attempts_fails_the_cells_and_names_the_duplicate(
+    tmp_path: Path, upstream: str
+) -> None:
+    out = tmp_path / "out"
+    done = shop_matrix(
+        out, upstream, "shop-broken-key.yaml", "--faults", "agent-killed-after-record"
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    verdicts = {c["effect_index"]: c for c in cells(out)}
+    assert verdicts[1]["verdict"] == "PASS"  # the charge's key is stable
+    for index in (2, 3):
+        cell = verdicts[index]
+        assert cell["verdict"] == "FAIL"
+        assert any(
+            e.startswith("duplicate: rule shop.things.create made") for e in cell["evidence"]
+        )
+        assert any("--check exited 1" in e and "2 " in e for e in cell["evidence"])
+    assert "FAIL: duplicate: rule shop.things.create" in (out / "matrix.md").read_text()
+    assert "FAIL: #2 shop.things.create x agent-killed-after-record: duplicate" in done.stdout
+
+
+def test_an_agent_that_does_not_finish_when_nothing_goes_wrong_is_refused(
+    tmp_path: Path, upstream: str
+) -> None:
+    done = matrix(
+        "--rules", str(HERE / "shop.yaml"), "--out", str(tmp_path / "out"),
+        "--", sys.executable, "-c", "raise SystemExit(3)",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "the clean run did not finish" in done.stderr
+
+
+def test_usage_errors_say_what_to_do(tmp_path: Path) -> None:
+    no_agent = matrix("--out", str(tmp_path / "out"))
+    assert no_agent.returncode == 2
+    assert "give the agent's command after --" in no_agent.stderr
+    bad_fault = matrix("--faults", "agent-killed,stale-worker", "--", "true")
+    assert bad_fault.returncode == 2
+    assert "unknown fault(s) agent-killed" in bad_fault.stderr
+    assert "agent-killed-after-record" in bad_fault.stderr  # the list to choose from
+    assert not (AGENTS / "out").exists()
