@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sidecar import config
+from sidecar.cli.control_client import control_url
 from sidecar.errors import ConfigError
 from sidecar.matrix.faults import FAULTS, chosen
 from sidecar.matrix.run import Plan, run, summary
@@ -56,6 +58,15 @@ def register(verbs: Any) -> None:
         "each cell's relay (serve --pg-upstream gets the server part) and the agent gets "
         "DATABASE_URL, this URL with the relay's address (and SIDECAR_PG_URL)",
     )
+    parser.add_argument(
+        "--control",
+        metavar="URL",
+        help="use this running sidecar (its rules and routes) instead of private ones: "
+        "only the faults done to the worker can be injected (agent-killed-after-forward, "
+        "-after-record, stale-worker), timed by polling its effect log; the rest are "
+        "CANNOT_DETERMINE. Token: --control-token-file or SIDECAR_CONTROL_TOKEN",
+    )
+    parser.add_argument("--control-token-file", type=Path, metavar="FILE")
     parser.add_argument(
         "--check",
         metavar="CMD",
@@ -117,6 +128,8 @@ def _run(args: argparse.Namespace) -> int:
             tuple(args.route),
             args.pg_upstream,
             args.lease_ttl_s,
+            control=control_url(args.control) if args.control else None,
+            token=config.load({"control_token_file": args.control_token_file}).token(),
         ),
         load_rules(rule_paths),
         faults,

@@ -25,7 +25,7 @@ from typing import Any
 
 from sidecar.matrix.faults import Action
 from sidecar.matrix.plan import Cell, EffectPoint
-from sidecar.matrix.stack import Attempts, PrivateSidecar, Setup
+from sidecar.matrix.stack import Attempts, PrivateSidecar, Setup, cell_sidecar
 from sidecar.rules import EffectKind, RuleSet
 from sidecar.testing.processes import Child
 
@@ -61,7 +61,7 @@ def run_cell(cell: Cell, setup: Setup, judge: Judge, root: Path) -> Outcome:
     if cell.cannot_run:
         return Outcome(CANNOT_DETERMINE, [f"cannot be run: {cell.cannot_run}"], 0.0, tested_at)
     root.mkdir(parents=True, exist_ok=True)
-    sidecar = PrivateSidecar(root, setup)
+    sidecar = cell_sidecar(root, setup)
     attempts = Attempts(sidecar, cell.task)
     try:
         sidecar.start(failpoints=cell.failpoints)
@@ -80,7 +80,9 @@ def _run(cell: Cell, sidecar: PrivateSidecar, attempts: Attempts, judge: Judge) 
     first = attempts.start()
     action = cell.fault.action
     evidence: list[str] = []
-    if action is Action.KILL_SIDECAR:
+    if cell.watch is not None:
+        landed = _when_seen(cell, cell.watch, sidecar, first, evidence)
+    elif action is Action.KILL_SIDECAR:
         landed = _sidecar_killed(sidecar, first, evidence)
     elif action is Action.LATE_ANSWER:
         landed = _late_answer(sidecar, first, evidence)
@@ -115,6 +117,43 @@ def _not_reached(cell: Cell | None, first: Child, evidence: list[str]) -> bool:
         + (cell.failpoints if cell else "the point")
     )
     return False
+
+
+def _when_seen(
+    cell: Cell,
+    watch: tuple[int, str],
+    sidecar: PrivateSidecar,
+    first: Child,
+    evidence: list[str],
+) -> bool:
+    """Against a running sidecar: poll the task's effect log until effect #N is in the
+    state the fault lands at, then do the fault to the worker (SIGKILL or SIGSTOP)."""
+    index, state = watch
+
+    def seen() -> bool:
+        effects = [e for e in sidecar.effects(cell.task) if e["kind"] != "uncovered"]
+        return len(effects) >= index and _reached(effects[index - 1], state)
+
+    if not _wait(lambda: first.proc.poll() is not None or seen(), REACH_TIMEOUT_S):
+        return _not_reached(cell, first, evidence)
+    if first.proc.poll() is not None:
+        return _not_reached(cell, first, evidence)
+    signal_ = signal.SIGSTOP if cell.fault.action is Action.STALE_WORKER else signal.SIGKILL
+    os.killpg(first.pid, signal_)
+    evidence.append(
+        f"worker-1 got {signal_.name} once effect #{index} was seen {state} in the running "
+        "sidecar's log (polled)"
+    )
+    if signal_ is signal.SIGKILL:
+        first.kill()
+    elif not _wait(lambda: not _lease_live(sidecar, cell.task), 3 * sidecar.setup.lease_ttl_s + 30):
+        evidence.append("worker-1's lease did not expire")
+    return True
+
+
+def _reached(effect: dict[str, Any], state: str) -> bool:
+    events = [event["event"] for event in effect["events"]]
+    return state in events or effect["state"] == state
 
 
 def _sidecar_killed(sidecar: PrivateSidecar, first: Child, evidence: list[str]) -> bool:
@@ -237,7 +276,10 @@ def _judged(
             return Outcome(CANNOT_DETERMINE, waiting + evidence)
         failures.append("the agent did not finish")
     failures += _duplicates(effects, judge)
-    failures += _resent(sidecar.forwards(cell.task), effects, judge.rules)
+    forwards = sidecar.forwards(cell.task)
+    if forwards is None:
+        evidence.append("forwards not counted: the running sidecar's log is not ours to read")
+    failures += _resent(forwards or Counter(), effects, judge.rules)
     if status == 0:
         failures += _unfinished(effects, judge)
     if cell.fault.action is Action.STALE_WORKER:
@@ -246,7 +288,8 @@ def _judged(
         failures += _checked(judge.check, cell, sidecar.root, evidence)
     if failures:
         return Outcome(FAIL, failures + evidence)
-    evidence.insert(0, f"{len(effects)} effect(s), each forwarded at most once")
+    counted = "each forwarded at most once" if forwards is not None else "none made twice"
+    evidence.insert(0, f"{len(effects)} effect(s), {counted}")
     return Outcome(PASS, evidence)
 
 

@@ -66,19 +66,52 @@ class Cell:
     #: SIDECAR_FAILPOINTS for the cell's sidecar; empty when the cell cannot be run
     failpoints: str
     cannot_run: str = ""
+    #: against a running sidecar (``--control``): the fault lands once effect #N of the
+    #: task is seen in this state in its log (polled: less exact than a failpoint)
+    watch: tuple[int, str] | None = None
+
+
+# What a running sidecar's effect log shows at the step a fault lands on.
+WATCHED = {
+    "agent-killed-after-forward": "pending",
+    "agent-killed-after-record": "completed",
+    "stale-worker": "completed",
+}
 
 
 def cells(
-    points: list[EffectPoint], faults: tuple[Fault, ...], rules: RuleSet, run_id: str
+    points: list[EffectPoint],
+    faults: tuple[Fault, ...],
+    rules: RuleSet,
+    run_id: str,
+    *,
+    running: bool = False,
 ) -> list[Cell]:
+    """Every effect x every fault; ``running``: against the sidecar ``--control`` names."""
     found: list[Cell] = []
     for point in points:
         for fault in faults:
             number = len(found) + 1
             task = f"m{run_id}-e{point.index}-{fault.name}"
+            if running:
+                watch, why = _watched(fault, point)
+                found.append(Cell(number, fault, point, task, "", why, watch))
+                continue
             armed, why = _failpoint(fault, point, points, rules)
             found.append(Cell(number, fault, point, task, armed, why))
     return found
+
+
+def _watched(fault: Fault, point: EffectPoint) -> tuple[tuple[int, str] | None, str]:
+    state = WATCHED.get(fault.name)
+    if state is None:
+        return None, (
+            "needs a private sidecar (its process, failpoints and store are not ours when "
+            "--control names a running one); run without --control"
+        )
+    if fault.before_previous:
+        return ((point.index - 1, "completed") if point.index > 1 else (1, "pending")), ""
+    return (point.index, state), ""
 
 
 def _failpoint(

@@ -22,7 +22,7 @@ from sidecar.matrix import report
 from sidecar.matrix.cell import Judge, _checked, run_cell
 from sidecar.matrix.faults import Fault
 from sidecar.matrix.plan import Cell, EffectPoint, cells, effect_points
-from sidecar.matrix.stack import Attempts, PrivateSidecar, Setup
+from sidecar.matrix.stack import Attempts, Setup, cell_sidecar
 from sidecar.rules import RuleSet
 
 
@@ -54,7 +54,7 @@ def run(plan: Plan, progress: TextIO = sys.stderr) -> Result:
     run_id = secrets.token_hex(3)
     workflow = shlex.join(plan.setup.agent)
     clean = discover(plan, run_id, progress)
-    todo = cells(clean, plan.faults, plan.rules, run_id)
+    todo = cells(clean, plan.faults, plan.rules, run_id, running=plan.setup.control is not None)
     say = _progress(progress, len(todo), started)
     say(f"{len(clean)} effect(s) x {len(plan.faults)} fault(s) = {len(todo)} cells, "
         f"{plan.jobs} at a time")  # fmt: skip
@@ -85,7 +85,7 @@ def discover(plan: Plan, run_id: str, progress: TextIO) -> list[EffectPoint]:
     task = f"m{run_id}-clean"
     if plan.setup_command:
         _setup(plan.setup_command, task)
-    sidecar = PrivateSidecar(plan.out / "clean-run", plan.setup)
+    sidecar = cell_sidecar(plan.out / "clean-run", plan.setup)
     (plan.out / "clean-run").mkdir(parents=True, exist_ok=True)
     attempts = Attempts(sidecar, task)
     try:

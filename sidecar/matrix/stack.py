@@ -41,6 +41,9 @@ class Setup:
     pg_upstream: str | None = None
     lease_ttl_s: float = 4.0
     extra_env: tuple[tuple[str, str], ...] = ()
+    #: a running sidecar to use instead of private ones (``--control``), and its token
+    control: str | None = None
+    token: str | None = None
 
 
 @dataclass
@@ -120,7 +123,9 @@ class PrivateSidecar:
     # ---- what the sidecar knows ----------------------------------------------------
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"{self.control}{path}", timeout=15) as answer:  # noqa: S310 - the cell's own loopback sidecar
+        headers = {"Authorization": f"Bearer {self.setup.token}"} if self.setup.token else {}
+        request = urllib.request.Request(f"{self.control}{path}", headers=headers)  # noqa: S310 - the cell's sidecar, or the one --control names
+        with urllib.request.urlopen(request, timeout=15) as answer:  # noqa: S310
             return json.load(answer)
 
     def task(self, task: str) -> dict[str, Any] | None:
@@ -138,14 +143,19 @@ class PrivateSidecar:
         found: list[dict[str, Any]] = []
         cursor = ""
         while True:
-            page = self.get(f"/v1/tasks/{quote(task, safe='')}/effects?limit=500{cursor}")
+            try:
+                page = self.get(f"/v1/tasks/{quote(task, safe='')}/effects?limit=500{cursor}")
+            except urllib.error.HTTPError as error:
+                if error.code == 404:
+                    return []  # not claimed yet
+                raise
             found += page["effects"]
             if not page.get("next_cursor"):
                 break
             cursor = f"&cursor={quote(page['next_cursor'], safe='')}"
         return sorted(found, key=lambda e: str(e["created_at"]))
 
-    def forwards(self, task: str) -> Counter[str]:
+    def forwards(self, task: str) -> Counter[str] | None:
         """How many times each effect of ``task`` was sent, from the sidecar's logs."""
         sent: Counter[str] = Counter()
         for log in sorted(self.root.glob("sidecar-*.log")):
@@ -167,6 +177,38 @@ class PrivateSidecar:
 
 
 @dataclass
+class RunningSidecar(PrivateSidecar):
+    """The sidecar ``--control`` names: already running, not ours to kill, freeze or
+    arm, its log and store out of reach; its control API is all a cell has."""
+
+    def start(self, failpoints: str = "") -> None:
+        assert not failpoints, "a running sidecar cannot be armed"
+        assert self.setup.control is not None
+        self.control = self.setup.control
+        self.get("/readyz")  # answers, and with this token
+
+    def stopped(self) -> bool:
+        return False
+
+    def alive(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    def forwards(self, task: str) -> Counter[str] | None:
+        return None  # its log is not ours to read
+
+    def log_mentions(self, text: str) -> bool:
+        return False
+
+
+def cell_sidecar(root: Path, setup: Setup) -> PrivateSidecar:
+    """The sidecar a cell runs against: its own, or the running one ``--control`` names."""
+    return RunningSidecar(root, setup) if setup.control else PrivateSidecar(root, setup)
+
+
+@dataclass
 class Attempts:
     """The user's agent run as attempts of one task, each under its own worker name."""
 
@@ -183,6 +225,8 @@ class Attempts:
         argv += ["--", *setup.agent]
         env = dict(os.environ) | dict(setup.extra_env)
         env["SIDECAR_MATRIX_TASK"] = self.task
+        if setup.token:
+            env["SIDECAR_CONTROL_TOKEN"] = setup.token
         if sidecar.pg:
             env["SIDECAR_PG_URL"] = sidecar.pg
             if setup.pg_upstream:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.matrix.faults import FAULTS
+from sidecar.testing.processes import Child
 from tests.acceptance.matrix.conftest import AGENTS, HERE, cells, matrix, shop_matrix
 
 pytestmark = pytest.mark.acceptance
@@ -78,3 +79,33 @@ def test_usage_errors_say_what_to_do(tmp_path: Path) -> None:
     assert "unknown fault(s) agent-killed" in bad_fault.stderr
     assert "agent-killed-after-record" in bad_fault.stderr  # the list to choose from
     assert not (AGENTS / "out").exists()
+
+
+def test_against_a_running_sidecar_the_faults_done_to_the_worker_are_injected(
+    tmp_path: Path, upstream: str
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("matrix-test-token\n")
+    rules = str(HERE / "shop.yaml")
+    serve = [
+        "serve", "--data-dir", str(tmp_path / "data"), "--control-listen", "127.0.0.1:0",
+        "--proxy-listen", "127.0.0.1:0", "--control-token-file", str(token),
+        "--rules", rules, "--route", f"api.shop.test={upstream}",
+    ]  # fmt: skip
+    with Child.python("sidecar", *serve, stderr_path=tmp_path / "sidecar.log") as sidecar:
+        control = sidecar.wait_for(r"effect-sidecar ready control=(\S+)", timeout=60).group(1)
+        out = tmp_path / "out"
+        done = matrix(
+            "--control", control, "--control-token-file", str(token), "--rules", rules,
+            "--check", f"{sys.executable} {AGENTS / 'shop_check.py'} {upstream}",
+            "--faults", "agent-killed-after-record,stale-worker,sidecar-killed-after-forward",
+            "--out", str(out), "--", sys.executable, str(AGENTS / "shop_agent.py"),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdicts = {(c["effect_index"], c["fault"]): c for c in cells(out)}
+    for index in (1, 2, 3):
+        assert verdicts[index, "agent-killed-after-record"]["verdict"] == "PASS"
+        assert verdicts[index, "stale-worker"]["verdict"] == "PASS"
+        killed = verdicts[index, "sidecar-killed-after-forward"]
+        assert killed["verdict"] == "CANNOT_DETERMINE"
+        assert "needs a private sidecar" in killed["evidence"][0]

@@ -88,3 +88,19 @@ def test_faults_are_chosen_by_name() -> None:
     )
     with pytest.raises(ValueError, match=r"unknown fault.*nope"):
         chosen("stale-worker,nope")
+
+
+def test_against_a_running_sidecar_only_the_faults_done_to_the_worker_are_watched_for(
+    rules: RuleSet,
+) -> None:
+    points = effect_points([effect("m", "model"), effect("c", "shop.charge")])
+    todo = {
+        (c.effect.key, c.fault.name): c for c in cells(points, FAULTS, rules, "abc", running=True)
+    }
+    assert todo["c", "agent-killed-after-forward"].watch == (2, "pending")
+    assert todo["c", "agent-killed-after-record"].watch == (2, "completed")
+    assert todo["c", "stale-worker"].watch == (1, "completed")  # frozen before it sends #2
+    assert todo["m", "stale-worker"].watch == (1, "pending")
+    for fault in ("sidecar-killed-after-record", "upstream-timeout", "store-unavailable"):
+        assert "needs a private sidecar" in todo["c", fault].cannot_run
+    assert all(not c.failpoints for c in todo.values())
