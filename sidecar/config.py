@@ -80,7 +80,14 @@ class Settings(BaseModel):
     self_fence_margin_s: float = Field(default=2.0, ge=0)
     pg_listen: str = DEFAULT_PG_LISTEN
     pg_upstream: str | None = Field(
-        default=None, description="postgresql://HOST:PORT[?sslmode=require]; enables the relay"
+        default=None,
+        description="postgresql://HOST:PORT[?sslmode=require|verify-ca|verify-full"
+        "&sslrootcert=FILE]; enables the relay",
+    )
+    pg_upstream_ca: Path | None = Field(
+        default=None,
+        description="CA (PEM) the PostgreSQL server's certificate must chain to (default: "
+        "the system roots), when the relay speaks TLS to it.",
     )
     store_retry_s: float = Field(default=2.0, ge=0)
     notify: str | None = Field(

@@ -20,6 +20,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -39,6 +40,7 @@ from sidecar.pgwire.mirror import Mirrors
 from sidecar.pgwire.relay import Relay
 from sidecar.pgwire.relay import Upstream as PgUpstream
 from sidecar.pgwire.session import run_session
+from sidecar.pgwire.tls import RelayCertificates
 from sidecar.proxy.addons import (
     EffectAddon,
     ReadinessGate,
@@ -270,10 +272,11 @@ async def start(settings: Settings) -> Running:
         control_url = await _listen(runner, settings.control_listen)
         pg_url = ""
         if settings.pg_upstream:
-            relay = _pg_relay(settings, rules, bindings, store, metrics, mirrors)
-            pg_host, pg_port = await relay.start(*parse_listen(settings.pg_listen))
-            pg_url = f"postgresql://{pg_host}:{pg_port}"
-            stops.append(relay.stop)
+            relay = _pg_relay(
+                settings, rules, bindings, store, metrics, mirrors,
+                RelayCertificates.from_confdir(authority.confdir, authority.cert),
+            )  # fmt: skip
+            pg_url = await _start_relay(relay, settings, info, stops)
             readiness.met("pg_relay")
         if settings.task:
             stops.append(await _hold_lease(settings, store, readiness, mirrors, guard))
@@ -298,6 +301,15 @@ async def start(settings: Settings) -> Running:
     )
 
 
+async def _start_relay(relay: Relay, settings: Settings, info: ProxyInfo, stops: list[Stop]) -> str:
+    """Listen; tell ``/v1/proxy`` where (``sidecar exec`` lets isolated agents reach it)."""
+    assert settings.pg_upstream is not None
+    host, port = await relay.start(*parse_listen(settings.pg_listen))
+    stops.append(relay.stop)
+    info.pg_relay.append((f"{host}:{port}", urlsplit(settings.pg_upstream).port))
+    return f"postgresql://{host}:{port}"
+
+
 def _probing_through(app: web.Application, upstream: Upstream) -> web.Application:
     """The control app with the proxy's upstream client: resume checks probe through it,
     with its routes, exactly as the proxy would."""
@@ -312,6 +324,7 @@ def _pg_relay(
     store: Store,
     metrics: Metrics,
     mirrors: Mirrors,
+    certificates: RelayCertificates | None = None,
 ) -> Relay:
     """The PostgreSQL relay; with SQL rules, each connection gets an exactly-once engine."""
     effects = (
@@ -343,7 +356,9 @@ def _pg_relay(
             client_reader, client_writer, server_reader, server_writer, frontend, backend, engine
         )
 
-    relay = Relay(PgUpstream.parse(settings.pg_upstream), session)
+    # Agents asking for TLS get a certificate of the sidecar's CA (the bundle trusts it).
+    upstream = PgUpstream.parse(settings.pg_upstream, settings.pg_upstream_ca)
+    relay = Relay(upstream, session, certificates=certificates)
     bindings.when_fenced(relay.close_attempt)
     return relay
 

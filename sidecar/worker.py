@@ -24,6 +24,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -37,9 +38,11 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import aiohttp
 
 from sidecar.domain.model import AgentExit, Checkpoint
-from sidecar.errors import LeaseHeld, SidecarError, SidecarUnreachable
+from sidecar.errors import ConfigError, LeaseHeld, SidecarError, SidecarUnreachable
+from sidecar.isolation import jks, netns, resolv
+from sidecar.isolation.forward import Forwarder
 from sidecar.leasekeeper import ControlLeases, Held, LeaseKeeper
-from sidecar.trust import TRUST_VARIABLES
+from sidecar.trust import PG_CHANNEL_BINDING, TRUST_VARIABLES
 
 log = logging.getLogger("sidecar.exec")
 
@@ -53,6 +56,8 @@ SUMMARY_PAGES = 40  # pages of 500 effects the summary reads at most
 SUMMARY_BUDGET_S = 10.0  # ... and for at most this long
 PREFIX = "sidecar exec: "
 LEASE_OPERATIONS = frozenset({"claim", "heartbeat", "release"})
+HOSTS = Path("/etc/hosts")
+RESOLV_CONF = Path("/etc/resolv.conf")
 
 
 class Notes:
@@ -116,9 +121,13 @@ def agent_environment(
     bundle: str,
     held: Held,
     checkpoint_file: str = "",
+    *,
+    java_trust_store: str = "",
+    isolated: bool = False,
 ) -> dict[str, str]:
     """The child's environment: proxy with credentials, trust bundle, task identity, and
-    where it resumes (its last checkpoint's stage and a file holding the checkpoint)."""
+    where it resumes (its last checkpoint's stage and a file holding the checkpoint);
+    plus the knobs of clients that do not read the usual variables (Node, Java)."""
     parts = urlsplit(proxy_url)
     userinfo = f"{quote(held.task, safe='')}:{quote(held.attempt_id, safe='')}"
     with_credentials = urlunsplit((parts.scheme, f"{userinfo}@{parts.netloc}", parts.path, "", ""))
@@ -133,6 +142,14 @@ def agent_environment(
     # reads the attempt from it (and removes it) as the HTTP proxy reads its credentials.
     binding = f"-c sidecar.task={held.task} -c sidecar.attempt={held.attempt_id}"
     env["PGOPTIONS"] = f"{base['PGOPTIONS']} {binding}" if base.get("PGOPTIONS") else binding
+    name, value = PG_CHANNEL_BINDING  # a SCRAM login over TLS through the relay needs it
+    env.setdefault(name, value)
+    # Node >= 24 (and 22.21) make fetch and https honour HTTP(S)_PROXY with this; older
+    # Nodes ignore it (see docs/wiring.md): only --isolate catches their traffic.
+    env["NODE_USE_ENV_PROXY"] = "1"
+    java = java_options(parts.hostname or "127.0.0.1", parts.port or 80, java_trust_store, isolated)
+    if java:
+        env["JAVA_TOOL_OPTIONS"] = " ".join(filter(None, [base.get("JAVA_TOOL_OPTIONS"), java]))
     env.update(
         SIDECAR_TASK=held.task,
         SIDECAR_ATTEMPT_ID=held.attempt_id,
@@ -141,6 +158,37 @@ def agent_environment(
         SIDECAR_LAST_CHECKPOINT=checkpoint_file,
     )
     return env
+
+
+def java_options(host: str, port: int, trust_store: str, isolated: bool) -> str:
+    """``JAVA_TOOL_OPTIONS`` for a JVM agent: the trust store (Java reads no PEM bundle
+    variable) and, without isolation, the proxy.
+
+    Java's HttpClient and HttpURLConnection use ``http(s).proxyHost`` but never send
+    proxy credentials unasked (only after a 407, and only to an Authenticator the program
+    installs; Basic for CONNECT also needs ``jdk.http.auth.tunneling.disabledSchemes``
+    emptied, done here). The sidecar does not challenge, so a non-isolated JVM reaches it
+    unbound to the attempt. Isolated, the proxy properties are left out: the JVM
+    connects directly, is redirected, and exec binds the connection itself.
+    """
+    options = []
+    if not isolated:
+        options += [
+            f"-Dhttp.proxyHost={host}",
+            f"-Dhttp.proxyPort={port}",
+            f"-Dhttps.proxyHost={host}",
+            f"-Dhttps.proxyPort={port}",
+            "-Dhttp.nonProxyHosts=localhost|127.*|[::1]",
+            "-Djdk.http.auth.tunneling.disabledSchemes=",
+            "-Djdk.http.auth.proxying.disabledSchemes=",
+        ]
+    if trust_store:
+        options += [
+            f"-Djavax.net.ssl.trustStore={trust_store}",
+            "-Djavax.net.ssl.trustStoreType=JKS",
+            f"-Djavax.net.ssl.trustStorePassword={jks.PASSWORD}",
+        ]
+    return " ".join(options)
 
 
 def exit_of(status: int) -> AgentExit:
@@ -163,6 +211,31 @@ def not_started(error: OSError) -> AgentExit:
     return AgentExit(exit_code=NOT_EXECUTABLE_EXIT, error="cannot be started")
 
 
+@dataclass(frozen=True)
+class Isolation:
+    """Whether to run the agent in a network namespace of its own (``sidecar.isolation``):
+    ``requested`` is True for ``--isolate`` (fail when impossible), False for
+    ``--no-isolate``, None for the default (isolate where possible, else warn)."""
+
+    requested: bool | None = None
+    pg_relay: tuple[str, int] | None = None  # where the sidecar's PostgreSQL relay listens
+    pg_ports: tuple[int, ...] = (5432,)  # destination ports redirected to it
+
+
+def with_sidecars_relay(isolation: Isolation, info: dict[str, Any]) -> Isolation:
+    """The relay the sidecar reports (``/v1/proxy``) where exec was told none: an
+    isolated agent reaches it at the same address, and its server's port goes to it."""
+    relay = info.get("pg_relay")
+    if isolation.pg_relay is not None or not relay:
+        return isolation
+    host, _, port = str(relay).rpartition(":")
+    ports = isolation.pg_ports
+    upstream_port = info.get("pg_upstream_port")
+    if isinstance(upstream_port, int) and upstream_port not in ports:
+        ports = (*ports, upstream_port)
+    return replace(isolation, pg_relay=(host.strip("[]"), int(port)), pg_ports=ports)
+
+
 async def run(
     command: Sequence[str],
     *,
@@ -173,33 +246,158 @@ async def run(
     ttl_s: float,
     wait_s: float,
     notes: Notes | None = None,
+    isolation: Isolation | None = None,
 ) -> int:
     notes = notes or Notes()
+    isolation = isolation or Isolation(requested=False)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with aiohttp.ClientSession(headers=headers) as session:
         info = await _proxy_info(session, control_url)
-        keeper = LeaseKeeper(ControlLeases(session, control_url), task, worker, ttl_s)
-        held = await keeper.acquire(wait_s, notes.waiting)
-        notes.say(claim_line(held, worker))
-        # Private (0700) and removed after: the checkpoint's outputs may be sensitive.
-        with tempfile.TemporaryDirectory(prefix="sidecar-exec-") as private:
-            checkpoint_file = write_last_checkpoint(Path(private), held.last_checkpoint)
-            env = agent_environment(
-                dict(os.environ), info["proxy_url"], info["ca_bundle"], held, checkpoint_file
-            )
-            end, code = await _run_agent(command, env, keeper, held)
+        isolation = with_sidecars_relay(isolation, info)
+        # Before the claim: an impossible --isolate must not cost the task an attempt.
+        space = _isolate(isolation, info["proxy_url"], control_url)
+        try:
+            keeper = LeaseKeeper(ControlLeases(session, control_url), task, worker, ttl_s)
+            held = await keeper.acquire(wait_s, notes.waiting)
+            notes.say(claim_line(held, worker))
+            # Private (0700) and removed after: the checkpoint's outputs may be sensitive.
+            with tempfile.TemporaryDirectory(prefix="sidecar-exec-") as private:
+                folder = Path(private)
+                checkpoint_file = write_last_checkpoint(folder, held.last_checkpoint)
+                env = agent_environment(
+                    dict(os.environ),
+                    info["proxy_url"],
+                    info["ca_bundle"],
+                    held,
+                    checkpoint_file,
+                    java_trust_store=_java_trust_store(info["ca_bundle"], folder),
+                    isolated=space is not None,
+                )
+                if space is None:
+                    end, code = await _run_agent(command, env, keeper, held)
+                else:
+                    end, code = await _run_isolated(
+                        command, env, keeper, held, space, info, isolation, folder
+                    )
+        finally:
+            if space is not None:
+                space.close()
         await keeper.release(end)
         await _summarise(notes, session, control_url, held, end)
         return code
 
 
-async def _run_agent(
-    command: Sequence[str], env: dict[str, str], keeper: LeaseKeeper, held: Held
+def _isolate(isolation: Isolation, proxy_url: str, control_url: str) -> netns.Namespace | None:
+    """The agent's namespace, or None: not asked, or (by default only) not possible here,
+    said on stderr even with --quiet - the agent's traffic is then not contained."""
+    if isolation.requested is False:
+        return None
+    reason = netns.unavailable()
+    if reason is None:
+        mirrors = [_loopback(proxy_url), _loopback(control_url)]
+        if isolation.pg_relay is not None:
+            mirrors.append(_loopback(f"tcp://{isolation.pg_relay[0]}:{isolation.pg_relay[1]}"))
+        try:
+            return netns.create(
+                sorted({m for m in mirrors if m is not None}),
+                pg=isolation.pg_relay is not None,
+                dns=bool(resolv.nameservers(resolv.read(RESOLV_CONF))),
+                pg_ports=isolation.pg_ports,
+            )
+        except netns.IsolationError as error:
+            reason = str(error)
+    if isolation.requested:
+        raise ConfigError(f"--isolate is not possible here: {reason}; run with --no-isolate")
+    print(
+        f"{PREFIX}WARNING: the agent runs WITHOUT network isolation ({reason}): clients "
+        "that ignore HTTP(S)_PROXY reach the network directly, bypassing the sidecar; "
+        "give --no-isolate to accept that without this warning",
+        file=sys.stderr,
+        flush=True,
+    )
+    return None
+
+
+def _loopback(url: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a URL on IPv4 loopback (mirrored into the namespace), else None."""
+    parts = urlsplit(url)
+    host = "127.0.0.1" if parts.hostname == "localhost" else parts.hostname or ""
+    if not host.startswith("127.") or parts.port is None:
+        return None
+    return host, parts.port
+
+
+def _java_trust_store(bundle: str, folder: Path) -> str:
+    """A JKS trust store of the CA bundle in exec's private folder, or "" if unreadable."""
+    try:
+        return str(jks.write_trust_store(Path(bundle), folder / "trust-store.jks"))
+    except (OSError, ValueError) as error:
+        log.warning("no Java trust store: %s", error)
+        return ""
+
+
+def _namespace_files(folder: Path, routed: dict[str, str]) -> tuple[str, str, list[str]]:
+    """The namespace's hosts and resolv.conf (``""`` when the host names no IPv4
+    nameserver: then /etc/resolv.conf is left as it is), and the host's nameservers."""
+    hosts = folder / "hosts"
+    hosts.write_text(resolv.hosts_text(routed, resolv.read(HOSTS)))
+    host_resolv = resolv.read(RESOLV_CONF)
+    servers = resolv.nameservers(host_resolv)
+    if not servers:
+        return str(hosts), "", []
+    resolv_file = folder / "resolv.conf"
+    resolv_file.write_text(resolv.resolv_text(host_resolv))
+    return str(hosts), str(resolv_file), servers
+
+
+async def _run_isolated(
+    command: Sequence[str],
+    env: dict[str, str],
+    keeper: LeaseKeeper,
+    held: Held,
+    space: netns.Namespace,
+    info: dict[str, Any],
+    isolation: Isolation,
+    folder: Path,
 ) -> tuple[AgentExit, int]:
-    """Run the agent to its end; how it ended and the status to exit with."""
+    """The agent in its namespace, with exec forwarding its sockets while it runs."""
+    routed = resolv.routed_addresses(info.get("routes", []))
+    hosts, resolv_file, servers = _namespace_files(folder, routed)
+    proxy = urlsplit(info["proxy_url"])
+    forwarder = Forwarder(
+        space,
+        proxy=(proxy.hostname or "127.0.0.1", proxy.port or 80),
+        credentials=f"{quote(held.task, safe='')}:{quote(held.attempt_id, safe='')}",
+        routed=routed,
+        relay=isolation.pg_relay,
+        nameserver=servers[0] if servers else None,
+    )
+    await forwarder.start()
+    try:
+        launch = space.argv(command, hosts, resolv_file)
+        return await _run_agent(command, env, keeper, held, launch=launch, pass_fds=(space.fd,))
+    finally:
+        await forwarder.close()
+
+
+async def _run_agent(
+    command: Sequence[str],
+    env: dict[str, str],
+    keeper: LeaseKeeper,
+    held: Held,
+    *,
+    launch: Sequence[str] | None = None,
+    pass_fds: tuple[int, ...] = (),
+) -> tuple[AgentExit, int]:
+    """Run the agent to its end (through ``launch`` when given: the command wrapped to
+    start in its namespace); how it ended and the status to exit with."""
     task = held.task
     try:
-        child = await asyncio.create_subprocess_exec(*command, env=env)
+        if launch is not None:
+            _check_command(command[0], env)
+        child = await asyncio.create_subprocess_exec(
+            *(launch or command), env=env, pass_fds=pass_fds
+        )
     except OSError as error:
         end = not_started(error)
         print(
@@ -237,6 +435,17 @@ async def _run_agent(
     if keeper.lost is not None:
         return replace(end, lease_lost=True), LEASE_LOST_EXIT
     return end, 128 - status if status < 0 else status
+
+
+def _check_command(name: str, env: dict[str, str]) -> None:
+    """Raise what starting ``name`` directly would: the namespace's launcher starts fine
+    whatever the command, and only a shell's 127 would say it was not found."""
+    found = shutil.which(name, path=env.get("PATH", os.defpath))
+    if found is not None:
+        return
+    if os.sep in name and os.path.exists(name):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
 
 
 def _forward(child: asyncio.subprocess.Process, sig: signal.Signals) -> None:

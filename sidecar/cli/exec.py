@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sidecar import config, logs, worker
 from sidecar.cli.control_client import control_url
@@ -58,6 +59,33 @@ def register(verbs: Any) -> None:
         action="store_true",
         help="no 'sidecar exec:' lines on stderr (errors are still printed)",
     )
+    isolate = parser.add_mutually_exclusive_group()
+    isolate.add_argument(
+        "--isolate",
+        dest="isolate",
+        action="store_const",
+        const=True,
+        default=None,
+        help="run CMD in a network namespace whose only way out is the sidecar: clients "
+        "that ignore HTTP(S)_PROXY are redirected to it (80, 443, PostgreSQL) or refused "
+        "(Linux, root). Default: on where possible, else a warning; given explicitly, "
+        "exec fails (exit 2) where it is not possible",
+    )
+    isolate.add_argument(
+        "--no-isolate",
+        dest="isolate",
+        action="store_const",
+        const=False,
+        help="run CMD in the host's network (only clients that honour the proxy "
+        "variables go through the sidecar)",
+    )
+    parser.add_argument(
+        "--pg-relay",
+        metavar="HOST:PORT",
+        help="the sidecar's PostgreSQL relay, where isolated connections to PostgreSQL "
+        "ports go (default: pg_listen of --config / SIDECAR_PG_LISTEN when pg_upstream "
+        "is set there)",
+    )
     parser.add_argument(
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
     )
@@ -94,6 +122,21 @@ def control_of(args: argparse.Namespace) -> tuple[str, config.Settings, str]:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}", settings, where
 
 
+def isolation_of(args: argparse.Namespace, settings: config.Settings) -> worker.Isolation:
+    """``--isolate``/``--no-isolate`` and where PostgreSQL connections go when isolated."""
+    relay: tuple[str, int] | None = None
+    pg_ports = [5432]
+    if args.pg_relay:
+        relay = config.parse_listen(args.pg_relay)
+    elif settings.pg_upstream:
+        relay = config.parse_listen(settings.pg_listen)
+    if settings.pg_upstream:
+        upstream_port = urlsplit(settings.pg_upstream).port
+        if upstream_port and upstream_port not in pg_ports:
+            pg_ports.append(upstream_port)
+    return worker.Isolation(requested=args.isolate, pg_relay=relay, pg_ports=tuple(pg_ports))
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -113,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
                 ttl_s=settings.lease_ttl_s,
                 wait_s=args.wait_s,
                 notes=worker.Notes(quiet=args.quiet),
+                isolation=isolation_of(args, settings),
             )
         )
     except LeaseHeld as held:

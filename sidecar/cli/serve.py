@@ -80,7 +80,15 @@ def register(verbs: Any) -> None:
     parser.add_argument(
         "--pg-upstream",
         metavar="URL",
-        help="the real server, postgresql://HOST:PORT[?sslmode=require]: enables the relay",
+        help="the real server, postgresql://HOST:PORT[?sslmode=require|verify-ca|verify-full]: "
+        "enables the relay; without sslmode, TLS to the server only for agents that ask for it",
+    )
+    parser.add_argument(
+        "--pg-upstream-ca",
+        type=Path,
+        metavar="FILE",
+        help="CA (PEM) the PostgreSQL server's certificate must chain to when the relay "
+        "speaks TLS to it (default: the system roots)",
     )
     parser.add_argument("--task", metavar="ID", help="the task this sidecar works on itself")
     parser.add_argument("--worker", metavar="NAME", help="worker name (default: host name)")
@@ -128,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         store_retry_s=args.store_retry_s,
         pg_listen=args.pg_listen,
         pg_upstream=args.pg_upstream,
+        pg_upstream_ca=args.pg_upstream_ca,
         uncovered_writes=args.uncovered_writes,
         notify=args.notify,
     )

@@ -35,6 +35,10 @@ class ProxyInfo:
     ca_bundle: str
     rules: list[str] = field(default_factory=list)
     routes: list[str] = field(default_factory=list)
+    #: the PostgreSQL relay's HOST:PORT and its server's port, once the relay listens
+    #: (it starts after the control API: filled in then, hence a list); ``sidecar exec``
+    #: lets an isolated agent reach the relay, and redirects the server's port to it
+    pg_relay: list[tuple[str, int | None]] = field(default_factory=list)
 
 
 PROXY = web.AppKey("proxy", ProxyInfo)

@@ -117,6 +117,8 @@ async def proxy_info(request: web.Request) -> web.Response:
             ca_bundle=info.ca_bundle,
             rules=info.rules,
             routes=info.routes,
+            pg_relay=info.pg_relay[0][0] if info.pg_relay else None,
+            pg_upstream_port=info.pg_relay[0][1] if info.pg_relay else None,
         )
     )
 

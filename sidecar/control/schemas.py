@@ -512,6 +512,12 @@ class ProxyOut(Response):
     ca_bundle: str = Field(description="System roots plus the CA (PEM), for SSL_CERT_FILE etc.")
     rules: list[str]
     routes: list[str]
+    pg_relay: str | None = Field(
+        default=None, description="The PostgreSQL relay's HOST:PORT, if it runs."
+    )
+    pg_upstream_port: int | None = Field(
+        default=None, description="The port of the relay's server (--pg-upstream)."
+    )
 
 
 class Problem(Response):

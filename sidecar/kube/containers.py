@@ -10,7 +10,7 @@ from typing import Any
 
 from sidecar.kube import annotations as notes
 from sidecar.kube.config import InjectConfig
-from sidecar.trust import TRUST_VARIABLES
+from sidecar.trust import PG_CHANNEL_BINDING, TRUST_VARIABLES
 
 SIDECAR = "effect-sidecar"
 REDIRECT = "effect-sidecar-redirect"
@@ -55,6 +55,7 @@ WAIT_READY = (
 
 def app_env(transparent: bool) -> list[dict[str, Any]]:
     env = [{"name": name, "value": BUNDLE} for name in TRUST_VARIABLES]
+    env.append({"name": PG_CHANNEL_BINDING[0], "value": PG_CHANNEL_BINDING[1]})
     if not transparent:
         env += [{"name": name, "value": PROXY_URL} for name in PROXY_VARIABLES]
         env += [{"name": name, "value": NO_PROXY} for name in NO_PROXY_VARIABLES]

@@ -57,7 +57,8 @@ What an injected pod gets:
   container): an emptyDir of its own, ``effect-sidecar-trust``, where the sidecar writes
   ``ca-bundle.pem`` (``--ca-bundle``), mounted read-only at ``/var/run/effect-sidecar-trust``,
   and ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``, ``NODE_EXTRA_CA_CERTS``,
-  ``GIT_SSL_CAINFO``, ``PIP_CERT``, ``AWS_CA_BUNDLE`` pointing at it. A variable the
+  ``GIT_SSL_CAINFO``, ``PIP_CERT``, ``AWS_CA_BUNDLE`` and ``PGSSLROOTCERT`` (libpq: so
+  ``sslmode=verify-full`` verifies the PostgreSQL relay) pointing at it. A variable the
   container already sets is **kept** (the operator's explicit value wins; the status
   annotation lists what was kept), and each CA variable kept with a value other than the
   bundle is warned about, naming the container and the variable: that client's TLS

@@ -3,11 +3,16 @@
 Start-up is passed through untouched - authentication (trust, md5, SCRAM) happens
 between the agent and the server, so the sidecar holds no database secret - except:
 
-* SSLRequest / GSSENCRequest from the agent are answered ``N``: agents reach the sidecar
-  over loopback in plaintext; the sidecar speaks TLS to the server when its upstream
-  URL asks for it (``sslmode=require``);
-* when that TLS link exists, ``SCRAM-SHA-256-PLUS`` is removed from the server's offer:
-  channel binding would bind to the sidecar's TLS session, which the agent cannot see;
+* SSLRequest: the relay asks the server first (SSLRequest); if it takes no TLS the
+  agent is answered ``N`` too (as the server itself would answer it), else ``S``, a
+  handshake with a certificate of the sidecar's CA for the name in the agent's SNI
+  (:mod:`sidecar.pgwire.tls`), and TLS to the server, verified (name and chain: system
+  roots or ``--pg-upstream-ca``) unless ``--pg-upstream`` has ``sslmode=require``; what
+  fails toward the server is told to the agent as FATAL, over its TLS.  An agent that
+  does not ask for TLS gets what ``--pg-upstream``'s ``sslmode`` says (plaintext unless
+  ``require``/``verify-ca``/``verify-full``).  GSSENCRequest is answered ``N``;
+* when the server link is TLS, ``SCRAM-SHA-256-PLUS`` is removed from the server's offer:
+  channel binding would bind to the relay's TLS session, which the agent cannot see;
 * the sidecar's own startup parameters (``-c sidecar.task=... -c sidecar.attempt=...``
   in ``options``, as `sidecar exec` sets PGOPTIONS, or ``sidecar.task`` /
   ``sidecar.attempt`` parameters) bind the connection to an attempt and are removed;
@@ -16,6 +21,12 @@ between the agent and the server, so the sidecar holds no database secret - exce
   redirect``) is carried to the server the agent asked for, read from
   ``SO_ORIGINAL_DST`` (IPv4), as mitmproxy does for HTTP; ``--pg-upstream`` then only
   supplies the TLS setting, and is the server for connections made to the relay itself.
+  Such an agent asking for TLS gets a certificate for its SNI (else the address it
+  meant), and that name is the one checked on the server's certificate.
+
+The authentication timeout covers the TLS handshakes: a client that sends SSLRequest and
+stalls is closed by it, without a plaintext word; one that sends garbage instead of a
+ClientHello is closed at once.
 
 After start-up, :class:`sidecar.pgwire.session.Session` carries the conversation.
 """
@@ -31,6 +42,7 @@ import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from sidecar.errors import ConfigError, StaleGeneration
@@ -45,6 +57,7 @@ from sidecar.pgwire.codec import (
     Startup,
     startup_packet,
 )
+from sidecar.pgwire.tls import ALPN, LeafContext, RelayCertificates, host_name
 from sidecar.recording.bindings import BindRequest
 
 log = logging.getLogger("sidecar.pgwire")
@@ -57,23 +70,80 @@ READ_SIZE = 1 << 16
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h; not in the socket module
 
 
+_SSLMODES = ("disable", "require", "verify-ca", "verify-full")
+
+
 @dataclass(frozen=True, slots=True)
 class Upstream:
+    """The server, and how the relay speaks TLS to it.
+
+    ``tls``: TLS on every connection, whether the agent asked for it or not (``sslmode``
+    require, verify-ca or verify-full in the URL).  Without it, a connection is TLS to the
+    server exactly when the agent's is TLS to the relay.  ``ca``: the CA (PEM) the
+    server's certificate must chain to (``--pg-upstream-ca`` or ``sslrootcert=``), else
+    the system's roots.
+    """
+
     host: str
     port: int
     tls: bool
+    sslmode: str = ""  # as the URL has it ("" when it names none)
+    ca: Path | None = None
 
     @classmethod
-    def parse(cls, url: str) -> Upstream:
+    def parse(cls, url: str, ca: Path | None = None) -> Upstream:
         parts = urlsplit(url)
         if parts.scheme not in {"postgresql", "postgres"} or not parts.hostname:
             raise ConfigError(f"--pg-upstream wants postgresql://HOST[:PORT], got {url!r}")
         if parts.username or parts.password:
             raise ConfigError("--pg-upstream takes no credentials: agents authenticate themselves")
-        mode = parse_qs(parts.query).get("sslmode", ["disable"])[0]
-        if mode not in {"disable", "require"}:
-            raise ConfigError(f"--pg-upstream sslmode must be disable or require, not {mode!r}")
-        return cls(parts.hostname, parts.port or 5432, mode == "require")
+        query = parse_qs(parts.query)
+        mode = query.get("sslmode", [""])[0]
+        if mode and mode not in _SSLMODES:
+            raise ConfigError(
+                f"--pg-upstream sslmode must be one of {', '.join(_SSLMODES)}, not {mode!r}"
+            )
+        rootcert = query.get("sslrootcert", [""])[0]
+        if rootcert and ca is not None and Path(rootcert) != ca:
+            raise ConfigError(
+                "the server's CA is given twice: --pg-upstream-ca and sslrootcert= in "
+                "--pg-upstream; keep one"
+            )
+        if rootcert and rootcert != "system":
+            ca = Path(rootcert)
+        return cls(parts.hostname, parts.port or 5432, mode not in {"", "disable"}, mode, ca)
+
+    @property
+    def verification(self) -> str:
+        """How the server's certificate is checked, as libpq would: ``none`` (sslmode
+        require with no CA given), ``verify-ca`` (require with a CA, or verify-ca) or
+        ``verify-full`` (verify-full, and a link made because the agent asked for TLS)."""
+        if self.sslmode == "require":
+            return "verify-ca" if self.ca is not None else "none"
+        return "verify-ca" if self.sslmode == "verify-ca" else "verify-full"
+
+    def client_context(self) -> ssl.SSLContext:
+        """The context the relay's server connections use (a bad CA file: ConfigError)."""
+        level = self.verification
+        context = ssl.create_default_context(cafile=None)
+        context.set_alpn_protocols(ALPN)
+        if level == "none":
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE  # sslmode=require: encrypted, not verified
+            return context
+        if self.ca is not None:
+            try:
+                context = ssl.create_default_context(cafile=str(self.ca.expanduser()))
+            except (OSError, ssl.SSLError) as error:
+                raise ConfigError(
+                    f"--pg-upstream-ca: cannot read CA certificates from {self.ca}: {error}"
+                ) from error
+            context.set_alpn_protocols(ALPN)
+        # The server's certificate is checked as libpq checks it, not as strictly as
+        # Python's default would (a self-made server certificate often lacks an AKI).
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+        context.check_hostname = level == "verify-full"
+        return context
 
 
 def split_binding(parameters: dict[str, str]) -> tuple[dict[str, str], BindRequest]:
@@ -137,10 +207,15 @@ class Relay:
         session: SessionFactory,
         *,
         authentication_timeout_s: float = AUTHENTICATION_TIMEOUT_S,
+        certificates: RelayCertificates | None = None,
     ) -> None:
         self.upstream = upstream
         self.session = session
         self.authentication_timeout_s = authentication_timeout_s
+        # None: SSLRequest is answered N (no CA to present a certificate from)
+        self.certificates = certificates
+        # Built once (loading the roots costs): a bad --pg-upstream-ca stops start-up.
+        self._client_context = upstream.client_context()
         self._server: asyncio.Server | None = None
         # attempt id -> its open connections: agent side, server side, server messages
         self._by_attempt: dict[str, set[_Open]] = {}
@@ -168,7 +243,7 @@ class Relay:
                 text = f"effect-sidecar: invalid PostgreSQL protocol message: {error}"
                 writer.write(messages.error_response("08P01", text, severity="FATAL"))
                 await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError) as error:
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as error:
             log.info("postgres connection ended: %s", error)
         except Exception as unexpected:
             # SPEC §3.6 on the SQL path: the agent is told, and the server connection is
@@ -241,11 +316,14 @@ class Relay:
     ) -> Started | None:
         """Start-up and authentication, within the authentication timeout: the binding, the
         parameters and the authenticated server connection, or None (the client was told)."""
+        leg = _Leg()
         try:
             async with asyncio.timeout(self.authentication_timeout_s):
-                return await self._start(reader, writer, frontend)
+                return await self._start(reader, writer, frontend, leg)
         except TimeoutError:
             log.info("postgres connection closed: start-up not finished in time")
+            if leg.handshaking:
+                return None  # the agent is mid-handshake: nothing it could read is sent
             text = (
                 "effect-sidecar: start-up and authentication not finished within "
                 f"{self.authentication_timeout_s:g} s"
@@ -256,66 +334,167 @@ class Relay:
             return None
 
     async def _start(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frontend: FrontendReader
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        frontend: FrontendReader,
+        leg: _Leg,
     ) -> Started | None:
-        startup: Startup | None = None
-        while startup is None or startup.code != PROTOCOL_3:
-            data = await reader.read(READ_SIZE)
-            if not data:
-                return None
-            startup = frontend.feed_startup(data)
-            if startup is None:
-                continue
-            if startup.code == CANCEL_REQUEST:
-                await self._cancel(startup, original_destination(writer))
-                return None
-            if startup.code != PROTOCOL_3:
-                writer.write(b"N")  # no SSL, no GSS encryption on the loopback leg
-                await writer.drain()
-        parameters, bind = split_binding(startup.parameters)
-        target = original_destination(writer)
-        host, port = target or (self.upstream.host, self.upstream.port)
+        target = original_destination(writer)  # read before any TLS is layered on
         try:
-            up_reader, up_writer = await self._connect(target)
-        except OSError as error:  # refused, unreachable, TLS refused or failed
-            log.warning("postgres server %s:%s not reached: %s", host, port, error)
-            text = f"effect-sidecar: cannot connect to the PostgreSQL server {host}:{port}"
-            writer.write(messages.error_response("08001", f"{text}: {error}", severity="FATAL"))
-            await writer.drain()
-            return None
-        try:
+            startup: Startup | None = None
+            while startup is None or startup.code != PROTOCOL_3:
+                data = await reader.read(READ_SIZE)
+                if not data:
+                    return None
+                startup = frontend.feed_startup(data)
+                if startup is None:
+                    continue
+                if startup.code == CANCEL_REQUEST:
+                    await self._cancel(startup, target, leg)
+                    return None
+                if startup.code == SSL_REQUEST and leg.agent_tls:
+                    raise ProtocolError("SSLRequest received over TLS")
+                if startup.code == SSL_REQUEST and self.certificates and leg.server is None:
+                    if not await self._agent_tls(reader, writer, target, leg):
+                        return None
+                elif startup.code != PROTOCOL_3:
+                    writer.write(b"N")  # GSS encryption is never offered
+                    await writer.drain()
+            parameters, bind = split_binding(startup.parameters)
+            server = await self._server_for(writer, target, leg)
+            if server is None:
+                return None
+            up_reader, up_writer = server
             up_writer.write(startup_packet(parameters))
             backend = BackendReader()
             if not await self._authenticate(
-                reader, writer, up_reader, up_writer, frontend, backend
+                reader, writer, up_reader, up_writer, frontend, backend, server_tls=leg.server_tls
             ):
-                up_writer.close()
                 return None
-        except BaseException:
-            up_writer.close()
-            raise
+            leg.server = None  # handed over to the session
+        finally:
+            if leg.server is not None:
+                with contextlib.suppress(Exception):
+                    leg.server[1].close()
         frontend.authenticated()
         return bind, parameters, up_reader, up_writer, backend
+
+    async def _server_for(
+        self, writer: asyncio.StreamWriter, target: tuple[str, int] | None, leg: _Leg
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """The server connection for a started agent (None: the agent was told why not)."""
+        if leg.error is None and leg.server is None:
+            try:
+                leg.server = await self._connect(target)
+                leg.server_tls = self.upstream.tls
+            except OSError as error:  # refused, unreachable, TLS refused or failed
+                leg.error = str(error)
+        if leg.error is None and leg.server is not None:
+            return leg.server
+        host, port = target or (self.upstream.host, self.upstream.port)
+        log.warning("postgres server %s:%s not reached: %s", host, port, leg.error)
+        text = f"effect-sidecar: cannot connect to the PostgreSQL server {host}:{port}"
+        writer.write(messages.error_response("08001", f"{text}: {leg.error}", severity="FATAL"))
+        await writer.drain()
+        return None
+
+    async def _agent_tls(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        target: tuple[str, int] | None,
+        leg: _Leg,
+    ) -> bool:
+        """Answer the agent's SSLRequest as the server answers the relay's: ``N`` when it
+        takes no TLS (the agent goes on in plaintext, or gives up as it would facing the
+        server itself), else ``S`` and a handshake with a certificate of the sidecar's CA,
+        then TLS to the server.  What fails on the server's side is kept in ``leg.error``
+        and told to the agent, over TLS, once it has sent its startup packet.  False when
+        the agent's handshake failed (the connection is closed)."""
+        assert self.certificates is not None
+        up = self.upstream
+        host, port = target or (up.host, up.port)
+        answer = b""
+        try:
+            leg.server = await asyncio.open_connection(host, port)
+            leg.server[1].write(struct.pack("!ii", 8, SSL_REQUEST))
+            await leg.server[1].drain()
+            answer = await leg.server[0].read(1)
+        except OSError as error:
+            leg.error = str(error)
+        if answer == b"N":
+            # The server takes no TLS: neither does the relay, so the agent sees what it
+            # would see connecting to the server (sslmode=prefer goes on in plaintext).
+            if up.tls:
+                leg.error = f"it does not accept TLS, and --pg-upstream has sslmode={up.sslmode}"
+            writer.write(b"N")
+            await writer.drain()
+            return True
+        if leg.error is None and answer != b"S":
+            leg.error = "it closed the connection when asked for TLS"
+        writer.write(b"S")
+        await writer.drain()
+        local = writer.get_extra_info("sockname")
+        default = host_name(target[0] if target else str(local[0])) or "localhost"
+        leg.handshaking = True
+        try:
+            await writer.start_tls(self.certificates.context_for(default))
+        except (OSError, EOFError) as error:  # garbage instead of a ClientHello, or gone
+            log.info("postgres connection closed: TLS handshake with the agent failed: %s", error)
+            return False
+        finally:
+            leg.handshaking = False
+        leg.agent_tls = True
+        if leg.error is not None or leg.server is None:
+            return True
+        # The name checked on the server's certificate: the upstream's; for a redirected
+        # agent, the name it asked for (its SNI), else the address it connected to.
+        ssl_object = writer.get_extra_info("ssl_object")
+        chosen = getattr(ssl_object, "context", None)
+        name = chosen.name if target and isinstance(chosen, LeafContext) else up.host
+        try:
+            await leg.server[1].start_tls(self._client_context, server_hostname=name)
+        except (OSError, EOFError) as error:
+            leg.error = f"TLS to the server failed: {error}{self._ca_hint(error)}"
+            return True
+        leg.server_tls = True
+        return True
+
+    def _ca_hint(self, error: BaseException) -> str:
+        if not isinstance(error, ssl.SSLCertVerificationError):
+            return ""
+        return (
+            " (name the server's CA with --pg-upstream-ca FILE, or put sslmode=require in "
+            "--pg-upstream to encrypt without verifying)"
+        )
 
     async def _connect(
         self, target: tuple[str, int] | None = None
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection to ``target`` (a redirected agent's own server) or the upstream."""
+        """A connection to ``target`` (a redirected agent's own server) or the upstream,
+        over TLS when ``--pg-upstream`` asks for it on every connection."""
         up = self.upstream
         host, port = target or (up.host, up.port)
         up_reader, up_writer = await asyncio.open_connection(host, port)
         if up.tls:
-            up_writer.write(struct.pack("!ii", 8, SSL_REQUEST))
-            await up_writer.drain()
-            answer = await up_reader.read(1)
-            if answer != b"S":
+            try:
+                up_writer.write(struct.pack("!ii", 8, SSL_REQUEST))
+                await up_writer.drain()
+                answer = await up_reader.read(1)
+                if answer != b"S":
+                    refusal = "does not accept TLS" if answer else "closed the connection"
+                    raise ConnectionError(
+                        f"it {refusal}, and --pg-upstream has sslmode={up.sslmode}"
+                    )
+                try:
+                    await up_writer.start_tls(self._client_context, server_hostname=host)
+                except ssl.SSLError as error:
+                    raise ConnectionError(f"TLS to the server failed: {error}"
+                                          f"{self._ca_hint(error)}") from error  # fmt: skip
+            except BaseException:
                 up_writer.close()
-                refusal = "does not accept TLS" if answer else "closed the connection"
-                raise ConnectionError(f"it {refusal}, and --pg-upstream has sslmode=require")
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE  # sslmode=require: encrypted, not verified
-            await up_writer.start_tls(context, server_hostname=up.host)
+                raise
         return up_reader, up_writer
 
     async def _authenticate(
@@ -326,6 +505,8 @@ class Relay:
         up_writer: asyncio.StreamWriter,
         frontend: FrontendReader,
         backend: BackendReader,
+        *,
+        server_tls: bool,
     ) -> bool:
         """Relay the authentication exchange until the server's first ReadyForQuery."""
         # What the client sent along with its startup packet, framed (and so capped) like
@@ -338,12 +519,13 @@ class Relay:
             if not data:
                 return False
             out = bytearray()
-            ready = awaiting_client = False
+            ready = awaiting_client = sasl_offered = False
             for m in backend.feed(data):
                 if m.kind == b"R":
                     code = messages.auth_code(m)
                     awaiting_client = code in _ASKS_CLIENT
-                    if code == _SASL and self.upstream.tls:
+                    sasl_offered = code == _SASL
+                    if code == _SASL and server_tls:
                         offer = messages.sasl_mechanisms(m)
                         m_raw = messages.sasl_offer([n for n in offer if n != "SCRAM-SHA-256-PLUS"])
                         out += m_raw
@@ -362,14 +544,57 @@ class Relay:
                 answer = await _whole_messages(reader, frontend)
                 if answer is None:
                     return False
+                if sasl_offered and server_tls and _binding_expected(answer):
+                    writer.write(
+                        messages.error_response("28000", CHANNEL_BINDING, severity="FATAL")
+                    )
+                    await writer.drain()
+                    return False
                 up_writer.write(answer)
                 await up_writer.drain()
 
-    async def _cancel(self, startup: Startup, target: tuple[str, int] | None) -> None:
-        _, up_writer = await self._connect(target)  # over TLS too: the key is a secret
+    async def _cancel(self, startup: Startup, target: tuple[str, int] | None, leg: _Leg) -> None:
+        if leg.server is not None and leg.error is None:
+            up_writer = leg.server[1]  # made for the agent's SSLRequest: TLS if the agent's is
+        else:
+            _, up_writer = await self._connect(target)  # over TLS too: the key is a secret
         up_writer.write(startup.raw)
         await up_writer.drain()
         up_writer.close()
+
+
+# libpq's default channel_binding=prefer, over TLS, answers a SCRAM offer without
+# SCRAM-SHA-256-PLUS (the relay removes it: a binding to the relay's TLS session means
+# nothing to the server) with "I could have bound, you did not offer it" - which a server
+# that offers binding on its own TLS rightly refuses as a downgrade, with an error that
+# names neither the relay nor the fix.  The relay says both, before the server is asked.
+CHANNEL_BINDING = (
+    "effect-sidecar: SCRAM channel binding cannot cross the sidecar's PostgreSQL relay "
+    "(it terminates TLS): connect with channel_binding=disable (PGCHANNELBINDING=disable, "
+    "which sidecar exec and the Kubernetes injector set), or connect to the server directly"
+)
+
+
+def _binding_expected(answer: bytes) -> bool:
+    """Whether the client's SASLInitialResponse says it supports channel binding (GS2
+    flag ``y``): the server link being TLS, the server would refuse it."""
+    if answer[:1] != b"p" or len(answer) < 6:
+        return False
+    body = answer[5:]
+    mechanism, _, rest = body.partition(b"\0")
+    return mechanism == b"SCRAM-SHA-256" and rest[4:5] == b"y"
+
+
+@dataclass(slots=True)
+class _Leg:
+    """One connection's start-up: its TLS on either side, and the server connection
+    opened when the agent asked for TLS (or why it could not be made)."""
+
+    agent_tls: bool = False
+    handshaking: bool = False  # the agent's TLS handshake is under way
+    server: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+    server_tls: bool = False
+    error: str | None = None
 
 
 async def _whole_messages(reader: asyncio.StreamReader, frontend: FrontendReader) -> bytes | None:

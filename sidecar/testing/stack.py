@@ -104,6 +104,7 @@ class Stack:
         worker: str = "worker",
         ttl_s: float = 30,
         wait_s: float = 0,
+        exec_args: Sequence[str] = (),
     ) -> Child:
         """``sidecar exec --task TASK -- python SCRIPT ARGS`` against this stack's sidecar."""
         agent = Child.python(
@@ -119,6 +120,7 @@ class Stack:
             str(wait_s),
             "--control",
             self.control_url,
+            *exec_args,
             "--",
             sys.executable,
             str(script),

@@ -4,7 +4,7 @@ The cluster (``sidecar.testing.pgcluster``) accepts TCP only over TLS (``hostssl
 ``hostnossl ... reject``), SCRAM-SHA-256 for everyone but an md5 user and a cleartext
 ``password`` user (whose password really crosses the sidecar).  A real
 `sidecar serve` relays to it with ``sslmode=require``; real clients (psql and psycopg on
-libpq, asyncpg) connect to the sidecar in plaintext and authenticate with the server
+libpq, asyncpg) connect to the sidecar (over TLS when they ask) and authenticate with the server
 itself: the sidecar holds no secret and must never log one.
 
 Skipped where PostgreSQL is not installed, except on CI (``CI=true``), where it fails.
@@ -164,7 +164,7 @@ def connect(at: Sidecar, user: str, password: str, **options: str) -> psycopg.Co
 
 
 async def asyncpg_connect(at: Sidecar, user: str, password: str) -> asyncpg.Connection:
-    """asyncpg: no libpq at all; ssl=False since the agent's leg is plaintext."""
+    """asyncpg: no libpq at all; ssl=False: a plaintext agent leg (TLS: see test_tls.py)."""
     return await asyncpg.connect(
         host=at.host,
         port=at.port,
@@ -373,8 +373,12 @@ async def test_a_wrong_password_is_refused_with_the_servers_own_error(
 def test_a_client_that_requires_channel_binding_is_told_why_it_cannot_have_it(
     cluster, sidecar, passwords, client
 ):
-    """libpq refuses by itself: the loopback leg has no TLS to bind to, and says so."""
-    expected = "channel binding required, but SSL not in use"
+    """libpq refuses by itself: the relay takes SCRAM-SHA-256-PLUS out of the offer (it
+    terminates TLS, so a binding could not reach the server), and libpq says so."""
+    expected = (
+        "channel binding is required, but server did not offer an authentication method "
+        "that supports channel binding"
+    )
     if client == "psql":
         done = psql(cluster, sidecar, SCRAM_USER, passwords.scram, "channel_binding=require")
         assert done.returncode == 2
@@ -384,12 +388,24 @@ def test_a_client_that_requires_channel_binding_is_told_why_it_cannot_have_it(
             connect(sidecar, SCRAM_USER, passwords.scram, channel_binding="require")
 
 
-def test_a_client_that_requires_tls_to_the_sidecar_is_told_it_is_plaintext(
+def test_a_client_that_requires_tls_to_the_sidecar_gets_it(cluster, sidecar, passwords):
+    """The relay answers SSLRequest with S (its own certificate: see test_tls.py); a SCRAM
+    login over it goes without channel binding, which cannot cross the relay."""
+    options = "sslmode=require channel_binding=disable"
+    done = psql(cluster, sidecar, SCRAM_USER, passwords.scram, options)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("|")[:2] == [SCRAM_USER, "t"]
+
+
+def test_a_tls_client_that_would_bind_its_scram_login_is_told_how_to_connect(
     cluster, sidecar, passwords
 ):
+    """libpq's default channel_binding=prefer, over TLS, would be refused by the server as
+    a downgrade with an error naming neither the relay nor the fix: the relay says both."""
     done = psql(cluster, sidecar, SCRAM_USER, passwords.scram, "sslmode=require")
     assert done.returncode == 2
-    assert "server does not support SSL, but SSL was required" in done.stderr
+    assert "channel binding cannot cross the sidecar's PostgreSQL relay" in done.stderr
+    assert "channel_binding=disable" in done.stderr
 
 
 async def test_a_plaintext_upstream_is_refused_by_the_server_and_the_client_sees_why(
@@ -531,7 +547,7 @@ def test_a_cancel_request_reaches_the_server_over_tls(cluster, passwords, tmp_pa
     with (
         wiretap(cluster.port) as (port, heads),
         serve(tmp_path, f"postgresql://127.0.0.1:{port}/?sslmode=require") as tapped,
-        connect(tapped, SCRAM_USER, passwords.scram) as conn,
+        connect(tapped, SCRAM_USER, passwords.scram, channel_binding="disable") as conn,
     ):
         canceller = threading.Thread(target=cancel_when_sleeping, args=(cluster, conn))
         canceller.start()

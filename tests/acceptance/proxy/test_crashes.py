@@ -85,6 +85,9 @@ def test_a_stale_worker_is_refused_after_takeover_and_nothing_is_forwarded(stack
         [thing("first"), {"sleep": 8}, thing("late-from-a")],
         worker="worker-a",
         ttl_s=2,
+        # Not isolated: only then does the agent's traffic bypass its frozen exec, so the
+        # agent itself can write while its worker is stalled (isolated, exec forwards it).
+        exec_args=["--no-isolate"],
     )
     slow_a.wait_for(r'"status": 201')
     os.kill(slow_a.pid, signal.SIGSTOP)

@@ -1,0 +1,187 @@
+"""``sidecar exec --isolate`` (the default where possible) with real agents of every kind.
+
+One stack (counting upstream reached only through ``--route api.things.test``, a sidecar
+with the things rules), one agent (tests/acceptance/isolation/clients.py) running, as
+they come, Python requests, httpx and aiohttp, Node 20's fetch and https, Java's
+HttpClient (``java Agent.java``) and curl - each POSTs one thing. Run twice, as two
+attempts of a task: each effect reaches the upstream once and is replayed the second
+time, whether the client honoured the proxy variables (requests, httpx, curl) or
+ignored them and was redirected (aiohttp, Node, Java). A direct connection to a port the
+namespace does not intercept is refused at once. Then the same Node and Java agents
+without isolation, to pin down what the knobs alone achieve on this machine. And psql
+and psycopg through the PostgreSQL relay from inside the namespace: psql dials the real
+server's 127.0.0.1:5432 and is redirected to the relay.
+
+Needs root, iproute2, iptables, util-linux, node, java, curl, psql and PostgreSQL at
+127.0.0.1:5432; skipped with the reason otherwise, failed under CI=true.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sidecar.isolation import netns
+from sidecar.rulepacks import packs_dir
+from sidecar.testing.processes import Child
+from sidecar.testing.stack import Stack
+from tests.acceptance.conftest import REPO
+
+pytestmark = pytest.mark.acceptance
+
+HERE = Path(__file__).parent / "isolation"
+CLIENTS = ["requests", "httpx", "aiohttp", "node-fetch", "node-https", "java", "curl"]
+PG_URL = os.environ.get("SIDECAR_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def need(*tools: str) -> None:
+    reason = netns.unavailable()
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if reason is None and missing:
+        reason = f"missing {', '.join(missing)}"
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the isolation test cannot run: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    need("node", "java", "curl")
+    made = Stack.start(
+        tmp_path, rules=[REPO / "tests/acceptance/proxy/things.yaml"], hosts=["api.things.test"]
+    )
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def sidecar_exec(
+    stack: Stack, task: str, *command: str, flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", "exec", "--task", task, "--control",
+         stack.control_url, *flags, "--", *command],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+
+
+def outcomes(stdout: str) -> dict[str, str]:
+    return {m.group(1): m.group(2) for m in re.finditer(r"^(\S+) (\d+ \S+)$", stdout, re.MULTILINE)}
+
+
+def test_every_client_goes_through_the_sidecar_once_when_isolated(stack: Stack) -> None:
+    upstream_port = stack.upstream_url.rsplit(":", 1)[1]
+    runs = []
+    for _ in (1, 2):
+        started = time.monotonic()
+        done = sidecar_exec(stack, "iso-1", sys.executable, str(HERE / "clients.py"), upstream_port)
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        assert "WARNING" not in done.stderr, done.stderr
+        runs.append((done.stdout, time.monotonic() - started))
+    first, second = (outcomes(stdout) for stdout, _ in runs)
+    assert first == dict.fromkeys(CLIENTS, "201 recorded"), runs[0][0]
+    assert second == dict.fromkeys(CLIENTS, "201 replayed"), runs[1][0]
+    names = sorted(thing["name"] for thing in stack.things())
+    assert names == sorted(CLIENTS), names  # each effect reached the upstream once
+    for stdout, _ in runs:
+        # Ports nobody intercepts: refused at once, not left to time out.
+        assert re.search(r"^direct api.things.test:8080 ConnectionRefusedError 0\.\d", stdout, re.M)
+        assert re.search(rf"^direct 127.0.0.1:{upstream_port} ConnectionRefusedError", stdout, re.M)
+
+
+def test_without_isolation_node_20_and_java_are_not_bound(stack: Stack) -> None:
+    """The knobs alone: NODE_USE_ENV_PROXY=1 is set but Node 20 ignores it (fetch dials
+    the routed name itself and cannot resolve it); Java's JAVA_TOOL_OPTIONS take it to
+    the proxy, but without the attempt's credentials (428 task_unbound)."""
+    node = sidecar_exec(
+        stack,
+        "iso-2",
+        "node",
+        str(HERE / "fetch.mjs"),
+        "fetch",
+        "plain-node",
+        flags=("--no-isolate",),
+    )
+    assert node.returncode == 0, node.stderr
+    assert "node-fetch error ENOTFOUND" in node.stdout, node.stdout
+    java = sidecar_exec(
+        stack, "iso-2", "java", str(HERE / "Agent.java"), "plain-java", flags=("--no-isolate",)
+    )
+    assert java.returncode == 0, java.stderr
+    assert "java 428 refused" in java.stdout, java.stdout
+    assert "Picked up JAVA_TOOL_OPTIONS" in java.stderr
+    assert stack.things() == []
+
+
+PG_AGENT = r"""
+import os, subprocess, sys, psycopg
+table, relay = sys.argv[1], sys.argv[2]
+# psql dials the real server's address: redirected to the relay.
+done = subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-c",
+                       f"CREATE TABLE {table} (id int PRIMARY KEY)", os.environ["REAL_PG"]],
+                      capture_output=True, text=True)
+print("psql", done.returncode, done.stdout.strip(), done.stderr.strip(), flush=True)
+# psycopg dials the relay itself (its port is mirrored into the namespace).
+with psycopg.connect(f"postgresql://postgres@{relay}/test", autocommit=True) as conn:
+    conn.execute(f"CREATE INDEX {table}_idx ON {table} (id)")
+    print("psycopg indexed", flush=True)
+"""
+
+
+def test_psql_and_psycopg_through_the_relay_when_isolated(tmp_path: Path) -> None:
+    need("psql")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        relay = f"127.0.0.1:{probe.getsockname()[1]}"
+    sidecar = Child.python(
+        "sidecar", "serve", "--data-dir", str(tmp_path / "data"), "--control-listen",
+        "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0", "--rules",
+        str(packs_dir() / "postgres.yaml"), "--pg-upstream", "postgresql://127.0.0.1:5432",
+        "--pg-listen", relay, stderr_path=tmp_path / "sidecar.log",
+    )  # fmt: skip
+    control = sidecar.wait_for(r"effect-sidecar ready control=(\S+)", timeout=60).group(1)
+    table = f"iso_{secrets.token_hex(4)}"
+    agent = tmp_path / "pg_agent.py"
+    agent.write_text(PG_AGENT)
+    try:
+        for attempt in (1, 2):
+            done = subprocess.run(
+                [sys.executable, "-m", "sidecar", "exec", "--task", "iso-pg", "--control",
+                 control, "--pg-relay", relay, "--",
+                 sys.executable, str(agent), table, relay],
+                capture_output=True, text=True, timeout=120, check=False,
+                env=os.environ | {"REAL_PG": PG_URL},
+            )  # fmt: skip
+            assert done.returncode == 0, f"attempt {attempt}: {done.stdout}\n{done.stderr}"
+            assert "psql 0 CREATE TABLE" in done.stdout, done.stdout
+            assert "psycopg indexed" in done.stdout, done.stdout
+        with urllib.request.urlopen(f"{control}/v1/tasks/iso-pg/effects") as answer:
+            effects = json.load(answer)["effects"]
+        assert len(effects) == 2, effects
+        for effect in effects:
+            assert effect["state"] == "completed", effect
+            assert "replayed" in [event["event"] for event in effect["events"]], effect
+        query = f"SELECT count(*) FROM pg_indexes WHERE indexname = '{table}_idx'"
+        count = subprocess.run(
+            ["psql", "-X", "-tA", "-c", query, PG_URL],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert count.stdout.strip() == "1"
+    finally:
+        subprocess.run(["psql", "-X", "-c", f"DROP TABLE IF EXISTS {table}", PG_URL], check=False,
+                       capture_output=True)  # fmt: skip
+        sidecar.terminate()
