@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,12 @@ def _run(args: argparse.Namespace) -> int:
         args.setup,
     )
     os.environ.pop("SIDECAR_FAILPOINTS", None)  # the cells arm their own
+    # SIGTERM as Ctrl-C: the run stops every process of its cells before it exits.
+    signal.signal(signal.SIGTERM, _interrupted)
     result = run(plan)
     print(summary(result))
     return 1 if result.failed else 0
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sidecar.errors import ConfigError, SidecarError
-from sidecar.matrix import report
+from sidecar.matrix import report, stack
 from sidecar.matrix.cell import Judge, _checked, run_cell
 from sidecar.matrix.faults import Fault
 from sidecar.matrix.plan import Cell, EffectPoint, cells, effect_points
@@ -53,7 +53,11 @@ def run(plan: Plan, progress: TextIO = sys.stderr) -> Result:
     started = time.monotonic()
     run_id = secrets.token_hex(3)
     workflow = shlex.join(plan.setup.agent)
-    clean = discover(plan, run_id, progress)
+    try:
+        clean = discover(plan, run_id, progress)
+    except BaseException:
+        stack.kill_everything()
+        raise
     todo = cells(clean, plan.faults, plan.rules, run_id, running=plan.setup.control is not None)
     say = _progress(progress, len(todo), started)
     say(f"{len(clean)} effect(s) x {len(plan.faults)} fault(s) = {len(todo)} cells, "
@@ -67,13 +71,21 @@ def run(plan: Plan, progress: TextIO = sys.stderr) -> Result:
         root = plan.out / "cells" / f"{cell.number:03d}-e{cell.effect.index}-{cell.fault.name}"
         return report.Row(cell, run_cell(cell, plan.setup, judge, root))
 
-    with ThreadPoolExecutor(max_workers=max(1, plan.jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, plan.jobs))
+    try:
         futures = [pool.submit(one, cell) for cell in todo]
         for done, future in enumerate(as_completed(futures), start=1):
             row = future.result()
             rows[row.cell.number] = row
             say(f"{row.outcome.verdict:<16} {row.cell.effect.label} x {row.cell.fault.name} "
                 f"({row.outcome.wall_s:.1f}s)", done)  # fmt: skip
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM): the cells' processes live in sessions of their
+        # own, so nothing else would stop them; killed, the cells' threads end at once.
+        stack.kill_everything()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     ordered = [rows[n] for n in sorted(rows)]
     wall_s = time.monotonic() - started
     markdown, as_json = report.write(plan.out, workflow, ordered, wall_s)

@@ -10,11 +10,13 @@ per request sent is the sidecar's own record of every forward.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +30,35 @@ from sidecar.errors import SidecarError
 from sidecar.testing.processes import Child, ProcessFailed
 
 READY = r"effect-sidecar ready control=(\S+) proxy=(\S+)(?: pg=(\S+))? ca="
+
+# Every process the cells started, so that an interrupted matrix can stop them all (each
+# runs in a session of its own: a Ctrl-C does not reach it).
+_started: list[Child] = []
+_started_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+def _spawn(argv: list[str], env: dict[str, str], log: Path) -> Child:
+    with _started_lock:
+        if _stopping.is_set():
+            raise SidecarError("the matrix is stopping")
+        child = Child(argv, env=env, stderr_path=log)
+        _started.append(child)
+    return child
+
+
+def kill_everything() -> None:
+    """SIGKILL every process group the cells started (thawing frozen ones first)."""
+    with _started_lock:
+        _stopping.set()
+        children = list(_started)
+    for child in children:
+        if child.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGCONT)
+                os.killpg(child.pid, signal.SIGKILL)
+
+
 FORWARDED = ("effect forwarded", "statement forwarded")
 
 
@@ -88,10 +119,8 @@ class PrivateSidecar:
         if failpoints:
             env["SIDECAR_FAILPOINTS"] = failpoints
         self.starts += 1
-        self.child = Child(
-            [sys.executable, "-m", "sidecar", *args],
-            env=env,
-            stderr_path=self.root / f"sidecar-{self.starts}.log",
+        self.child = _spawn(
+            [sys.executable, "-m", "sidecar", *args], env, self.root / f"sidecar-{self.starts}.log"
         )
         try:
             ready = self.child.wait_for(READY, timeout=60)
@@ -232,7 +261,7 @@ class Attempts:
             if setup.pg_upstream:
                 env["DATABASE_URL"] = through_relay(setup.pg_upstream, sidecar.pg)
         log = self.sidecar.root / f"attempt-{n}.log"
-        run = Child(argv, env=env, stderr_path=log)
+        run = _spawn(argv, env, log)
         self.runs.append(run)
         return run
 

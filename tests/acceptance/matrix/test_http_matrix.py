@@ -7,7 +7,10 @@ is checked by counting charges, invoices and receipts on the upstream itself.
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,40 @@ def test_against_a_running_sidecar_the_faults_done_to_the_worker_are_injected(
         killed = verdicts[index, "sidecar-killed-after-forward"]
         assert killed["verdict"] == "CANNOT_DETERMINE"
         assert "needs a private sidecar" in killed["evidence"][0]
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line mentions ``text`` (e.g. a matrix's out dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def test_an_interrupted_matrix_stops_every_process_of_its_cells(
+    tmp_path: Path, upstream: str
+) -> None:
+    out = tmp_path / "out"
+    argv = [
+        sys.executable, "-m", "sidecar", "matrix", "--rules", str(HERE / "shop.yaml"),
+        "--route", f"api.shop.test={upstream}", "--out", str(out),
+        "--", sys.executable, str(AGENTS / "shop_agent.py"),
+    ]  # fmt: skip
+    log = tmp_path / "matrix.log"
+    with log.open("wb") as stderr:
+        matrix_run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.monotonic() + 60
+        while "cells, 4 at a time" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3)  # cells are running: sidecars, agents, frozen ones
+        assert processes_mentioning(str(out)), "the cells' processes are running"
+        matrix_run.send_signal(signal.SIGTERM)
+        assert matrix_run.wait(timeout=60) == 130
+    time.sleep(0.5)
+    assert processes_mentioning(str(out)) == [], "no sidecar or agent of a cell outlives it"
