@@ -20,7 +20,7 @@ a later attempt to guess (CANNOT DETERMINE) what had in fact happened exactly on
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sidecar.domain.leases import fence
 from sidecar.domain.model import (
@@ -185,3 +185,25 @@ def note(
     if event not in NOTES:
         raise InvalidTransition(f"unknown effect event {event!r}; one of {sorted(NOTES)}")
     return EffectEvent(task, key, event, attempt_id, generation, now, detail)
+
+
+def absence_proven_at(
+    last_written: datetime,
+    timeout_s: float,
+    settle_s: float,
+    *,
+    first_try_ended: datetime | None = None,
+    lease_until: datetime | None = None,
+) -> datetime:
+    """When a probe's "not found" becomes proof of absence (SPEC §3.5b, §3.8): once the
+    first try can no longer land and the API has had ``settle_s`` to finish acting.
+
+    The first try ended when its connection was seen to end (``first_try_ended``);
+    otherwise no sidecar keeps a connection beyond ``timeout_s + settle_s`` after the
+    effect was last written, and an earlier attempt sends nothing past its lease, whose
+    last request may take ``timeout_s`` more (``lease_until``)."""
+    timeout, settle = timedelta(seconds=timeout_s), timedelta(seconds=settle_s)
+    ended = first_try_ended or last_written + timeout + settle
+    if lease_until is not None:
+        ended = max(ended, lease_until + timeout)
+    return ended + settle

@@ -48,20 +48,13 @@ from sidecar.recording.bindings import Binding, Bindings, BindRequest
 from sidecar.recording.recorder import Recorder
 from sidecar.rules import EffectKind, RuleSet
 from sidecar.rules.matcher import SqlRuleMatch
-from sidecar.rules.sql import Statement, split
+from sidecar.rules.sql import NO_TRANSACTION, Statement, split
 from sidecar.store import Store
 
 log = logging.getLogger("sidecar.pgwire")
 
 TX_CONTROL = frozenset({"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT",
                         "RELEASE", "PREPARE"})  # fmt: skip
-# Statements PostgreSQL refuses inside a transaction block: they cannot share one with
-# their record, so they are recorded right after they run (see _outside_transaction).
-NO_TRANSACTION = re.compile(
-    r"^(create|drop|reindex)\b.*\bconcurrently\b|^(vacuum|alter system)\b"
-    r"|^(create|drop) (database|tablespace)\b|^reindex (database|system)\b",
-    re.IGNORECASE,
-)
 _FIRST_WORD = re.compile(rb"[A-Za-z]+")
 # Texts classified and kept (the cache is emptied when full); longer texts are not kept.
 CLASSIFIED_MAX = 4096

@@ -28,14 +28,14 @@ import json
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from yarl import URL
 
 from sidecar import failpoints
 from sidecar.aio import spawn
 from sidecar.clock import Clock
-from sidecar.domain.effects import abandonment
+from sidecar.domain.effects import abandonment, absence_proven_at
 from sidecar.domain.ids import idempotency_key
 from sidecar.domain.model import Effect, EffectState, RecordedResponse
 from sidecar.domain.text import scrubbed, text_problem
@@ -376,16 +376,17 @@ class EffectGuard:
         process sent it) no connection of a sidecar outlives ``timeout_s + settle_s`` after
         the effect was last written, nor an earlier attempt's lease by ``timeout_s``."""
         rule = call.rule
-        slot = (call.binding.task, effect.key)
-        settle = timedelta(seconds=rule.settle_s)
-        ended = self._ended.get(slot)
-        if ended is None:
-            ended = effect.updated_at + timedelta(seconds=rule.timeout_s) + settle
+        lease_until = None
         if effect.attempt_id != call.binding.attempt_id:
             earlier = await self._store.attempt(effect.attempt_id)
-            if earlier is not None and earlier.lease_until is not None:
-                ended = max(ended, earlier.lease_until + timedelta(seconds=rule.timeout_s))
-        proven_at = ended + settle
+            lease_until = earlier.lease_until if earlier is not None else None
+        proven_at = absence_proven_at(
+            effect.updated_at,
+            rule.timeout_s,
+            rule.settle_s,
+            first_try_ended=self._ended.get((call.binding.task, effect.key)),
+            lease_until=lease_until,
+        )
         wait = (proven_at - self._clock.now()).total_seconds()
         if wait <= 0:
             return False

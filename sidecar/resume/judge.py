@@ -16,25 +16,17 @@ again, so that "safe to resume" is a prediction of that flow, not a second polic
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sidecar.domain.effects import abandonment
+from sidecar.domain.effects import absence_proven_at as proven_after_settling
 from sidecar.domain.model import Effect, EffectState, TaskState
 from sidecar.resume.model import EXIT_CODES, EffectCheck, Found, Next, Probed, Verdict
 from sidecar.rules import EffectKind, OnUnknown
 from sidecar.rules.model import Rule
+from sidecar.rules.sql import NO_TRANSACTION
 
-# The statements the PostgreSQL relay cannot record in their own transaction (it runs
-# them outside one: CREATE INDEX CONCURRENTLY, VACUUM, ...); kept equal to
-# sidecar.pgwire.exactly_once.NO_TRANSACTION, which this module does not import (the
-# relay and its wire codec are not needed to judge a log entry).
-_NO_TRANSACTION = re.compile(
-    r"^(create|drop|reindex)\b.*\bconcurrently\b|^(vacuum|alter system)\b"
-    r"|^(create|drop) (database|tablespace)\b|^reindex (database|system)\b",
-    re.IGNORECASE,
-)
 _UNSETTLED = (EffectState.PENDING, EffectState.UNKNOWN)
 
 
@@ -54,15 +46,11 @@ def wants_probe(effect: Effect, rule: Rule | None) -> bool:
 
 
 def absence_proven_at(effect: Effect, rule: Rule, lease_until: datetime | None) -> datetime:
-    """When a probe's "not found" becomes proof (SPEC §3.5b, §3.8), as the guard's
-    ``_prove_absence`` reckons it for a sidecar that did not see the first try end: no
-    connection outlives ``timeout_s + settle_s`` after the effect was last written, nor
-    the sending attempt's lease by ``timeout_s``; then the API gets ``settle_s`` more."""
-    timeout, settle = timedelta(seconds=rule.timeout_s), timedelta(seconds=rule.settle_s)
-    ended = effect.updated_at + timeout + settle
-    if lease_until is not None:
-        ended = max(ended, lease_until + timeout)
-    return ended + settle
+    """When a probe's "not found" becomes proof, as the guard reckons it for a sidecar
+    that did not see the first try end (:func:`sidecar.domain.effects.absence_proven_at`)."""
+    return proven_after_settling(
+        effect.updated_at, rule.timeout_s, rule.settle_s, lease_until=lease_until
+    )
 
 
 def judge(
@@ -229,7 +217,7 @@ def _probed(
 
 def _sql(effect: Effect) -> _Decision:
     statement = str(effect.request.get("statement", ""))
-    if _NO_TRANSACTION.search(statement.strip()):
+    if NO_TRANSACTION.search(statement.strip()):
         return (
             Found.BY_RECORD,
             "ran outside a transaction, so it has no record in the database",

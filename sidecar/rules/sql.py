@@ -31,6 +31,15 @@ from pydantic import (
 
 from sidecar.rules.regex import LinearMatch, LinearPattern, compile_pattern
 
+# Statements PostgreSQL refuses inside a transaction block: the relay cannot run them in
+# one with their record, so it records them right after they run (and ``sidecar resume``
+# knows such a statement is run again after a crash in between).
+NO_TRANSACTION = re.compile(
+    r"^(create|drop|reindex)\b.*\bconcurrently\b|^(vacuum|alter system)\b"
+    r"|^(create|drop) (database|tablespace)\b|^reindex (database|system)\b",
+    re.IGNORECASE,
+)
+
 _COMMENT_KEY = re.compile(r"/\*\s*sidecar:key=([^*]+?)\s*\*/")
 _LEADING_COMMENTS = re.compile(r"\A(\s+|--[^\n]*\n?|/\*.*?\*/)*", re.DOTALL)
 _PLACEHOLDER = re.compile(r"\{(group|param)\.(\w+)\}|\{(kind|fingerprint)\}")
