@@ -259,6 +259,9 @@ class LeaseKeeper:
             await self.api.release(self.held, end)
         except StaleGeneration as fenced:
             if self.lost is None:
+                # Lost while the agent ran, unnoticed between two heartbeats (e.g. the
+                # agent ended first, refused as stale): lost all the same.
                 log.warning("release refused: %s", fenced.detail, extra={"task": self.task})
+                self.lost = fenced
         except SidecarError as error:
             log.warning("release failed: %s", error.detail, extra={"task": self.task})

@@ -283,6 +283,10 @@ async def run(
             if space is not None:
                 space.close()
         await keeper.release(end)
+        if keeper.lost is not None:
+            # The release was refused as stale: the lease went to another worker while the
+            # agent ran, whatever the agent made of the refusals it met.
+            end, code = replace(end, lease_lost=True), LEASE_LOST_EXIT
         await _summarise(notes, session, control_url, held, end)
         return code
 
