@@ -372,6 +372,7 @@ async def _run_isolated(
         space,
         proxy=(proxy.hostname or "127.0.0.1", proxy.port or 80),
         credentials=f"{quote(held.task, safe='')}:{quote(held.attempt_id, safe='')}",
+        binding=(held.task, held.attempt_id),
         routed=routed,
         relay=isolation.pg_relay,
         nameserver=servers[0] if servers else None,
@@ -379,7 +380,7 @@ async def _run_isolated(
     await forwarder.start()
     try:
         launch = space.argv(command, hosts, resolv_file)
-        return await _run_agent(command, env, keeper, held, launch=launch, pass_fds=(space.fd,))
+        return await _run_agent(command, env, keeper, held, launch=launch, pass_fds=space.fds())
     finally:
         await forwarder.close()
 

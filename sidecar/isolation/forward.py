@@ -8,8 +8,10 @@
   exactly what a proxy-honouring client sends, so the sidecar needs no transparent
   listener, binds the connection to the attempt, and sees the TLS SNI / Host header as
   usual; a routed name's stand-in address (:mod:`.resolv`) is named by its name;
-* transparent PostgreSQL: piped to the relay, which binds it by ``PGOPTIONS`` as ever
-  (and sends it to its ``--pg-upstream``: the relay cannot see the original address);
+* PostgreSQL (redirected, or to the relay's mirrored port): piped to the relay after a
+  BindRequest naming the attempt (:func:`sidecar.pgwire.codec.bind_request`), so a
+  client that sends no ``PGOPTIONS`` (asyncpg) is bound too - its own binding, if any,
+  wins; the relay sends it to its ``--pg-upstream`` (it cannot see the original address);
 * DNS: each UDP query is sent to the host's first nameserver and the answer returned.
 """
 
@@ -25,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sidecar.isolation.netns import Namespace
+from sidecar.pgwire.codec import bind_request
 
 log = logging.getLogger("sidecar.exec")
 
@@ -40,6 +43,7 @@ class Forwarder:
     namespace: Namespace
     proxy: tuple[str, int]
     credentials: str  # "task:attempt", already percent-encoded where needed
+    binding: tuple[str, str] | None = None  # (task, attempt): told to the relay
     routed: dict[str, str] = field(default_factory=dict)  # stand-in address -> name
     relay: tuple[str, int] | None = None
     nameserver: str | None = None
@@ -49,12 +53,15 @@ class Forwarder:
 
     async def start(self) -> None:
         space = self.namespace
+        preamble = bind_request(*self.binding) if self.binding else b""
         for (host, port), sock in space.mirrors.items():
-            self._servers.append(await self._serve(sock, self._mirror(host, port)))
+            first = preamble if (host, port) == self.relay else b""
+            self._servers.append(await self._serve(sock, self._mirror(host, port, first)))
         if space.http is not None:
             self._servers.append(await self._serve(space.http, self._transparent))
         if space.pg is not None and self.relay is not None:
-            self._servers.append(await self._serve(space.pg, self._mirror(*self.relay)))
+            relay = self._mirror(*self.relay, preamble)
+            self._servers.append(await self._serve(space.pg, relay))
         if space.dns is not None and self.nameserver:
             loop = asyncio.get_running_loop()
             transport, _ = await loop.create_datagram_endpoint(
@@ -81,9 +88,10 @@ class Forwarder:
 
         return await asyncio.start_server(tracked, sock=sock)
 
-    def _mirror(self, host: str, port: int) -> _Handler:
+    def _mirror(self, host: str, port: int, first: bytes = b"") -> _Handler:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             up_reader, up_writer = await asyncio.open_connection(host, port)
+            up_writer.write(first)
             await _pipe_both(reader, writer, up_reader, up_writer)
 
         return handle

@@ -16,10 +16,15 @@ there: the sidecar's loopback ports mirrored at the same addresses (so
 transparent HTTP listener, a PostgreSQL one and a DNS one; exec serves them from the
 host's namespace (:mod:`.forward`).
 
-The agent starts through ``nsenter --net`` (into the namespace), ``unshare --mount``
-(a private mount namespace) and ``sh``, which bind-mounts the namespace's hosts and
-resolv.conf over ``/etc`` and ``exec``s the command: the agent keeps the process id
-exec started, so signals and exit statuses are the command's own.
+Without root the namespace is made by a helper process in a user namespace of its own
+(:mod:`.rootless`), which hands the same sockets and namespace descriptors back; the rest
+is the same.
+
+The agent starts through ``nsenter --net`` (into the namespace; ``--user`` too when it
+was made rootless, so the agent is root only inside it), ``unshare --mount`` (a private
+mount namespace) and ``sh``, which bind-mounts the namespace's hosts and resolv.conf
+over ``/etc`` and ``exec``s the command: the agent keeps the process id exec started, so
+signals and exit statuses are the command's own.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sidecar.isolation import rootless
 from sidecar.isolation.rules import namespace_rules
 
 TOOLS = ("ip", "iptables-restore", "nsenter", "unshare", "mount", "sh")
@@ -57,13 +63,11 @@ def unavailable() -> str | None:
     namespace is created)."""
     if sys.platform != "linux":
         return f"network namespaces need Linux, this is {sys.platform}"
-    if os.geteuid() != 0:
-        # A rootless namespace (unshare --user --map-root-user) would need its own
-        # iptables and the sockets handed over from a helper process: not built yet.
-        return "it needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN); rootless isolation is not supported"
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return f"missing {', '.join(missing)} (Debian: {DEBIAN})"
+    if os.geteuid() != 0:
+        return rootless.unavailable()
     return None
 
 
@@ -72,6 +76,7 @@ class Namespace:
     """An isolated namespace and the sockets exec created inside it."""
 
     fd: int
+    user_fd: int | None = None  # the user namespace it was made in, when made rootless
     mirrors: dict[tuple[str, int], socket.socket] = field(default_factory=dict)
     http: socket.socket | None = None
     pg: socket.socket | None = None
@@ -79,12 +84,23 @@ class Namespace:
 
     def argv(self, command: Sequence[str], hosts: str, resolv: str) -> list[str]:
         """``command`` run inside the namespace with ``hosts`` (and ``resolv``, unless
-        empty) mounted over /etc's; ``pass_fds=(self.fd,)`` must be given to the spawn."""
+        empty) mounted over /etc's; ``pass_fds=self.fds()`` must be given to the spawn."""
+        # --preserve-credentials: exec's user is the one mapped to root inside already,
+        # and setgroups is denied in a namespace an unprivileged user made.
+        user = (
+            []
+            if self.user_fd is None
+            else [f"--user=/proc/self/fd/{self.user_fd}", "--preserve-credentials"]
+        )
         return [
-            "nsenter", f"--net=/proc/self/fd/{self.fd}", "--",
+            "nsenter", *user, f"--net=/proc/self/fd/{self.fd}", "--",
             "unshare", "--mount", "--propagation", "private", "--",
             "sh", "-c", ENTER, "sidecar-isolate", hosts, resolv, *command,
         ]  # fmt: skip
+
+    def fds(self) -> tuple[int, ...]:
+        """The namespace descriptors the agent's ``nsenter`` opens."""
+        return (self.fd,) if self.user_fd is None else (self.fd, self.user_fd)
 
     def sockets(self) -> list[socket.socket]:
         found = [*self.mirrors.values(), self.http, self.pg, self.dns]
@@ -93,14 +109,17 @@ class Namespace:
     def close(self) -> None:
         for sock in self.sockets():
             sock.close()
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+        for fd in self.fds():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def create(
     mirrors: Sequence[tuple[str, int]], *, pg: bool, dns: bool, pg_ports: Sequence[int]
 ) -> Namespace:
     """A new namespace with its sockets and rules (see the module notes)."""
+    if os.geteuid() != 0:
+        return rootless.create(mirrors, pg=pg, dns=dns, pg_ports=pg_ports)
     made: list[Namespace] = []
     failed: list[BaseException] = []
 
@@ -110,7 +129,7 @@ def create(
             os.unshare(os.CLONE_NEWNET)
             space = Namespace(os.open("/proc/thread-self/ns/net", os.O_RDONLY))
             made.append(space)
-            _wire(space, mirrors, pg=pg, dns=dns, pg_ports=pg_ports)
+            wire(space, mirrors, pg=pg, dns=dns, pg_ports=pg_ports)
         except BaseException as error:  # reported to the caller's thread
             failed.append(error)
         finally:
@@ -131,7 +150,7 @@ def create(
     return made[0]
 
 
-def _wire(
+def wire(
     space: Namespace,
     mirrors: Sequence[tuple[str, int]],
     *,
@@ -139,6 +158,8 @@ def _wire(
     dns: bool,
     pg_ports: Sequence[int],
 ) -> None:
+    """Set up the namespace the calling thread is in: its links and routes, ``space``'s
+    listening sockets, the nat and filter rules."""
     _tool(
         ["ip", "-batch", "-"],
         "link set lo up\n"

@@ -21,6 +21,10 @@ PROTOCOL_3 = 196608  # 3.0
 SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
+# The sidecar's own start-up request (1234.7373, a code PostgreSQL does not use): sent
+# by ``sidecar exec`` before the agent's first byte on a connection it carries from an
+# isolated namespace, naming the attempt as "task\0attempt\0"; never answered.
+BIND_REQUEST = (1234 << 16) | 7373
 
 # Generous but bounded: a message larger than this is garbage or an attack, not a query.
 MAX_MESSAGE = 1 << 30
@@ -85,12 +89,26 @@ class Startup:
         return pairs
 
     @property
+    def bound_to(self) -> tuple[str, str]:
+        """(task, attempt id) of the sidecar's BindRequest."""
+        parts = self.body.split(b"\0")
+        if len(parts) < 3 or not parts[0] or not parts[1]:
+            raise ProtocolError("BindRequest must name a task and an attempt")
+        return parts[0].decode(errors="replace"), parts[1].decode(errors="replace")
+
+    @property
     def cancel_key(self) -> tuple[int, int]:
         """(process id, secret key) of a CancelRequest."""
         if len(self.body) < 8:
             raise ProtocolError("CancelRequest too short")
         pid, secret = struct.unpack("!ii", self.body[:8])
         return pid, secret
+
+
+def bind_request(task: str, attempt_id: str) -> bytes:
+    """The sidecar's start-up request binding the connection that follows to an attempt."""
+    body = task.encode() + b"\0" + attempt_id.encode() + b"\0"
+    return struct.pack("!ii", len(body) + 8, BIND_REQUEST) + body
 
 
 def startup_packet(parameters: dict[str, str]) -> bytes:
@@ -152,7 +170,7 @@ class FrontendReader(_Reader):
             return None
         raw = bytes(self._buffer[:length])
         del self._buffer[:length]
-        if code not in (PROTOCOL_3, SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST):
+        if code not in (PROTOCOL_3, SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST, BIND_REQUEST):
             raise ProtocolError(f"unsupported protocol or request code {code}")
         if code in (SSL_REQUEST, GSSENC_REQUEST) and self._buffer:
             # The client must wait for the answer (one byte) before it says more; bytes

@@ -16,6 +16,10 @@ between the agent and the server, so the sidecar holds no database secret - exce
 * the sidecar's own startup parameters (``-c sidecar.task=... -c sidecar.attempt=...``
   in ``options``, as `sidecar exec` sets PGOPTIONS, or ``sidecar.task`` /
   ``sidecar.attempt`` parameters) bind the connection to an attempt and are removed;
+* a BindRequest (the sidecar's own start-up code, :data:`codec.BIND_REQUEST`) before
+  anything else binds the connection when its startup parameters do not: ``sidecar
+  exec`` sends it on the connections it carries from an isolated agent, which may be a
+  client without ``PGOPTIONS`` (asyncpg) - it is as trusted as ``PGOPTIONS`` is;
 * a CancelRequest is sent on to the server (the agent was given the server's own key);
 * a connection that iptables redirected to the relay (transparent mode, ``sidecar
   redirect``) is carried to the server the agent asked for, read from
@@ -48,6 +52,7 @@ from urllib.parse import parse_qs, urlsplit
 from sidecar.errors import ConfigError, StaleGeneration
 from sidecar.pgwire import messages
 from sidecar.pgwire.codec import (
+    BIND_REQUEST,
     CANCEL_REQUEST,
     PROTOCOL_3,
     SSL_REQUEST,
@@ -342,26 +347,12 @@ class Relay:
     ) -> Started | None:
         target = original_destination(writer)  # read before any TLS is layered on
         try:
-            startup: Startup | None = None
-            while startup is None or startup.code != PROTOCOL_3:
-                data = await reader.read(READ_SIZE)
-                if not data:
-                    return None
-                startup = frontend.feed_startup(data)
-                if startup is None:
-                    continue
-                if startup.code == CANCEL_REQUEST:
-                    await self._cancel(startup, target, leg)
-                    return None
-                if startup.code == SSL_REQUEST and leg.agent_tls:
-                    raise ProtocolError("SSLRequest received over TLS")
-                if startup.code == SSL_REQUEST and self.certificates and leg.server is None:
-                    if not await self._agent_tls(reader, writer, target, leg):
-                        return None
-                elif startup.code != PROTOCOL_3:
-                    writer.write(b"N")  # GSS encryption is never offered
-                    await writer.drain()
+            startup = await self._negotiate(reader, writer, frontend, target, leg)
+            if startup is None:
+                return None
             parameters, bind = split_binding(startup.parameters)
+            if leg.bound_to and bind.task is None and bind.attempt_id is None:
+                bind = BindRequest(*leg.bound_to, "pg")
             server = await self._server_for(writer, target, leg)
             if server is None:
                 return None
@@ -379,6 +370,41 @@ class Relay:
                     leg.server[1].close()
         frontend.authenticated()
         return bind, parameters, up_reader, up_writer, backend
+
+    async def _negotiate(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        frontend: FrontendReader,
+        target: tuple[str, int] | None,
+        leg: _Leg,
+    ) -> Startup | None:
+        """The requests before the StartupMessage (bind, TLS, GSS, cancel) answered; the
+        StartupMessage, or None when the connection ends here."""
+        startup: Startup | None = None
+        seen = 0
+        while startup is None or startup.code != PROTOCOL_3:
+            startup = await _next_startup(reader, frontend)
+            if startup is None:
+                return None
+            seen += 1
+            if startup.code == BIND_REQUEST:
+                if seen > 1:
+                    raise ProtocolError("a BindRequest comes first or not at all")
+                leg.bound_to = startup.bound_to
+                continue
+            if startup.code == CANCEL_REQUEST:
+                await self._cancel(startup, target, leg)
+                return None
+            if startup.code == SSL_REQUEST and leg.agent_tls:
+                raise ProtocolError("SSLRequest received over TLS")
+            if startup.code == SSL_REQUEST and self.certificates and leg.server is None:
+                if not await self._agent_tls(reader, writer, target, leg):
+                    return None
+            elif startup.code != PROTOCOL_3:
+                writer.write(b"N")  # GSS encryption is never offered
+                await writer.drain()
+        return startup
 
     async def _server_for(
         self, writer: asyncio.StreamWriter, target: tuple[str, int] | None, leg: _Leg
@@ -595,6 +621,19 @@ class _Leg:
     server: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
     server_tls: bool = False
     error: str | None = None
+    bound_to: tuple[str, str] | None = None  # (task, attempt) of a BindRequest
+
+
+async def _next_startup(reader: asyncio.StreamReader, frontend: FrontendReader) -> Startup | None:
+    """The client's next start-up message (it may have come with the one before, as an
+    SSLRequest after a BindRequest does); None when the client hung up."""
+    startup = frontend.feed_startup(b"")
+    while startup is None:
+        data = await reader.read(READ_SIZE)
+        if not data:
+            return None
+        startup = frontend.feed_startup(data)
+    return startup
 
 
 async def _whole_messages(reader: asyncio.StreamReader, frontend: FrontendReader) -> bytes | None:

@@ -26,6 +26,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -101,6 +102,7 @@ def test_every_client_goes_through_the_sidecar_once_when_isolated(stack: Stack) 
         # Ports nobody intercepts: refused at once, not left to time out.
         assert re.search(r"^direct api.things.test:8080 ConnectionRefusedError 0\.\d", stdout, re.M)
         assert re.search(rf"^direct 127.0.0.1:{upstream_port} ConnectionRefusedError", stdout, re.M)
+        assert re.search(r"^direct 2001:db8::1:443 OSError 0\.\d", stdout, re.M), stdout
 
 
 def test_without_isolation_node_20_and_java_are_not_bound(stack: Stack) -> None:
@@ -128,7 +130,7 @@ def test_without_isolation_node_20_and_java_are_not_bound(stack: Stack) -> None:
 
 
 PG_AGENT = r"""
-import os, subprocess, sys, psycopg
+import asyncio, os, subprocess, sys, asyncpg, psycopg
 table, relay = sys.argv[1], sys.argv[2]
 # psql dials the real server's address: redirected to the relay.
 done = subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-c",
@@ -139,10 +141,17 @@ print("psql", done.returncode, done.stdout.strip(), done.stderr.strip(), flush=T
 with psycopg.connect(f"postgresql://postgres@{relay}/test", autocommit=True) as conn:
     conn.execute(f"CREATE INDEX {table}_idx ON {table} (id)")
     print("psycopg indexed", flush=True)
+# asyncpg reads no PGOPTIONS: redirected, and bound by exec's BindRequest.
+async def alter():
+    conn = await asyncpg.connect(os.environ["REAL_PG"])
+    await conn.execute(f"ALTER TABLE {table} ADD COLUMN note text")
+    await conn.close()
+asyncio.run(alter())
+print("asyncpg altered", flush=True)
 """
 
 
-def test_psql_and_psycopg_through_the_relay_when_isolated(tmp_path: Path) -> None:
+def test_psql_psycopg_and_asyncpg_through_the_relay_when_isolated(tmp_path: Path) -> None:
     need("psql")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -169,9 +178,10 @@ def test_psql_and_psycopg_through_the_relay_when_isolated(tmp_path: Path) -> Non
             assert done.returncode == 0, f"attempt {attempt}: {done.stdout}\n{done.stderr}"
             assert "psql 0 CREATE TABLE" in done.stdout, done.stdout
             assert "psycopg indexed" in done.stdout, done.stdout
+            assert "asyncpg altered" in done.stdout, done.stdout
         with urllib.request.urlopen(f"{control}/v1/tasks/iso-pg/effects") as answer:
             effects = json.load(answer)["effects"]
-        assert len(effects) == 2, effects
+        assert len(effects) == 3, effects
         for effect in effects:
             assert effect["state"] == "completed", effect
             assert "replayed" in [event["event"] for event in effect["events"]], effect
@@ -181,7 +191,78 @@ def test_psql_and_psycopg_through_the_relay_when_isolated(tmp_path: Path) -> Non
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         assert count.stdout.strip() == "1"
+        query = f"SELECT count(*) FROM information_schema.columns WHERE table_name = '{table}'"
+        columns = subprocess.run(
+            ["psql", "-X", "-tA", "-c", query, PG_URL], capture_output=True, text=True, check=True
+        )
+        assert columns.stdout.strip() == "2"  # id, and note added once
     finally:
         subprocess.run(["psql", "-X", "-c", f"DROP TABLE IF EXISTS {table}", PG_URL], check=False,
                        capture_output=True)  # fmt: skip
         sidecar.terminate()
+
+
+UNPRIVILEGED = r"""
+set -e
+# The interpreter may live under a home only root can enter (/root is 0700 where pyenv
+# put it): in this command's own mount namespace, that folder is replaced by an open
+# one holding the same tree, so user nobody runs the Python a user would run.
+if [ -n "$HIDDEN" ]; then
+  open=$(mktemp -d) && chmod 755 "$open"
+  for entry in "$HIDDEN"/* "$HIDDEN"/.[!.]*; do
+    [ -e "$entry" ] || continue
+    name=${entry##*/}
+    if [ -d "$entry" ]; then mkdir "$open/$name"; else touch "$open/$name"; fi
+    mount --rbind "$entry" "$open/$name"
+  done
+  mount --rbind "$open" "$HIDDEN"
+fi
+exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"
+"""
+
+
+def hidden_ancestor(path: Path) -> str:
+    """The outermost folder above ``path`` that others may not enter, or ""."""
+    for folder in reversed(path.parents):
+        if not folder.stat().st_mode & 0o001:
+            return str(folder)
+    return ""
+
+
+def test_an_unprivileged_user_is_isolated_in_a_user_namespace_of_its_own() -> None:
+    """exec run by user nobody: the namespace is made in a user namespace of its own
+    (no root anywhere), and every client is still caught - recorded once, replayed."""
+    need("node", "java", "curl", "setpriv")
+    if os.geteuid() != 0:
+        pytest.skip("the test drops from root to nobody")
+    root = Path(tempfile.mkdtemp(prefix="sidecar-rootless-"))
+    root.chmod(0o755)  # nobody reads the sidecar's CA bundle below it
+    stack = Stack.start(
+        root, rules=[REPO / "tests/acceptance/proxy/things.yaml"], hosts=["api.things.test"]
+    )
+    try:
+        # The sidecar keeps its data to itself; nobody needs only the public CA bundle.
+        stack.data_dir.chmod(0o711)
+        (stack.data_dir / "ca-bundle.pem").chmod(0o644)
+        upstream_port = stack.upstream_url.rsplit(":", 1)[1]
+        hidden = hidden_ancestor(Path(sys.executable).resolve())
+        runs = []
+        for _ in (1, 2):
+            done = subprocess.run(
+                ["unshare", "--mount", "--propagation", "private", "--",
+                 "sh", "-c", UNPRIVILEGED, "unprivileged",
+                 sys.executable, "-m", "sidecar", "exec", "--task", "iso-nobody", "--isolate",
+                 "--control", stack.control_url, "--",
+                 sys.executable, str(HERE / "clients.py"), upstream_port],
+                capture_output=True, text=True, timeout=180, check=False, cwd=REPO,
+                env=os.environ | {"HIDDEN": hidden, "HOME": str(root)},
+            )  # fmt: skip
+            assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+            runs.append(done.stdout)
+        assert outcomes(runs[0]) == dict.fromkeys(CLIENTS, "201 recorded"), runs[0]
+        assert outcomes(runs[1]) == dict.fromkeys(CLIENTS, "201 replayed"), runs[1]
+        assert sorted(thing["name"] for thing in stack.things()) == sorted(CLIENTS)
+        assert re.search(r"^direct api.things.test:8080 ConnectionRefusedError", runs[0], re.M)
+    finally:
+        stack.close()
+        shutil.rmtree(root, ignore_errors=True)

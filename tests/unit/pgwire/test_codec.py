@@ -8,6 +8,7 @@ import pytest
 
 from sidecar.pgwire import messages
 from sidecar.pgwire.codec import (
+    BIND_REQUEST,
     CANCEL_REQUEST,
     GSSENC_REQUEST,
     MAX_MESSAGE,
@@ -17,6 +18,7 @@ from sidecar.pgwire.codec import (
     BackendReader,
     FrontendReader,
     ProtocolError,
+    bind_request,
     cstring,
     message,
     startup_packet,
@@ -246,3 +248,23 @@ def test_cstring_reads_up_to_the_nul_and_refuses_an_unterminated_one():
     assert cstring(b"\xff\0") == ("\ufffd", 2)
     with pytest.raises(ProtocolError, match="unterminated"):
         cstring(b"abc")
+
+
+def test_a_bind_request_and_the_ssl_request_after_it_are_read_one_by_one() -> None:
+    reader = FrontendReader()
+    first = reader.feed_startup(
+        bind_request("task-1", "att-9") + struct.pack("!ii", 8, SSL_REQUEST)
+    )
+    assert first is not None
+    assert first.code == BIND_REQUEST
+    assert first.bound_to == ("task-1", "att-9")
+    second = reader.feed_startup(b"")
+    assert second is not None
+    assert second.code == SSL_REQUEST
+
+
+def test_a_bind_request_without_an_attempt_is_a_protocol_error() -> None:
+    startup = FrontendReader().feed_startup(struct.pack("!ii", 13, BIND_REQUEST) + b"task\0")
+    assert startup is not None
+    with pytest.raises(ProtocolError, match="name a task and an attempt"):
+        _ = startup.bound_to
