@@ -43,7 +43,7 @@ from tests.acceptance.conftest import REPO
 pytestmark = pytest.mark.acceptance
 
 HERE = Path(__file__).parent / "isolation"
-CLIENTS = ["requests", "httpx", "aiohttp", "node-fetch", "node-https", "java", "curl"]
+CLIENTS = ["requests", "httpx", "aiohttp", "aiohttp-80", "node-fetch", "node-https", "java", "curl"]
 PG_URL = os.environ.get("SIDECAR_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 

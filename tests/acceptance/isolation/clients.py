@@ -40,6 +40,18 @@ async def with_aiohttp() -> None:
 
 
 asyncio.run(with_aiohttp())
+
+
+async def plain_http() -> None:
+    # Plain HTTP to port 80, proxy variables ignored: redirected like 443.
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(URL.replace("https:", "http:"), json={"name": "aiohttp-80"}) as answer,
+    ):
+        show("aiohttp-80", answer.status, answer.headers.get("X-Sidecar-Effect"))
+
+
+asyncio.run(plain_http())
 for kind in ("fetch", "https"):
     subprocess.run(["node", str(HERE / "fetch.mjs"), kind, f"node-{kind}"], check=True)
 subprocess.run(["java", str(HERE / "Agent.java"), "java"], check=True)
