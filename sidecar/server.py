@@ -20,7 +20,6 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -34,13 +33,6 @@ from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
 from sidecar.leasekeeper import LeaseKeeper, StoreLeases
 from sidecar.metrics import Metrics
 from sidecar.notify import Notifier
-from sidecar.pgwire.codec import BackendReader, FrontendReader
-from sidecar.pgwire.exactly_once import PgEffects
-from sidecar.pgwire.mirror import Mirrors
-from sidecar.pgwire.relay import Relay
-from sidecar.pgwire.relay import Upstream as PgUpstream
-from sidecar.pgwire.session import run_session
-from sidecar.pgwire.tls import RelayCertificates
 from sidecar.proxy.addons import (
     EffectAddon,
     ReadinessGate,
@@ -56,7 +48,7 @@ from sidecar.proxy.guard import EffectGuard
 from sidecar.proxy.routes import Routes
 from sidecar.proxy.upstream import Upstream
 from sidecar.readiness import Readiness
-from sidecar.recording.bindings import Bindings, BindRequest
+from sidecar.recording.bindings import Bindings
 from sidecar.rulepacks import default_rule_paths
 from sidecar.rules import RuleSet, load_rules
 from sidecar.store import Store, create_store
@@ -201,7 +193,8 @@ async def start(settings: Settings) -> Running:
     stops: list[Stop] = [store.close]
     readiness = _conditions(settings)
     stop_requested = asyncio.Event()
-    mirrors = Mirrors()  # the PostgreSQL relay's connections, waited for before releases
+    # What a release waits for besides the HTTP forwards: the relay's held-back writes.
+    settlers: list[Callable[[], Awaitable[None]]] = []
     try:
         bindings = Bindings(store, clock, margin_s=settings.self_fence_margin_s)
         notifier = await _observe(store, bindings, metrics, settings, stops)
@@ -263,7 +256,7 @@ async def start(settings: Settings) -> Running:
             shutdown=stop_requested.set,
             rules=rules,
             before_release=lambda task, attempt_id: _settle_attempt(
-                guard, mirrors, task, attempt_id
+                guard, settlers, task, attempt_id
             ),
         )
         runner = web.AppRunner(_probing_through(app, upstream), access_log=None)
@@ -272,14 +265,15 @@ async def start(settings: Settings) -> Running:
         control_url = await _listen(runner, settings.control_listen)
         pg_url = ""
         if settings.pg_upstream:
-            relay = _pg_relay(
-                settings, rules, bindings, store, metrics, mirrors,
-                RelayCertificates.from_confdir(authority.confdir, authority.cert),
-            )  # fmt: skip
-            pg_url = await _start_relay(relay, settings, info, stops)
+            # Only with a relay: it and its SQL parser cost start-up time and memory.
+            from sidecar.pgwire import serving  # noqa: PLC0415
+
+            pg_url = await serving.start_relay(
+                settings, rules, bindings, store, metrics, authority, info, stops, settlers
+            )
             readiness.met("pg_relay")
         if settings.task:
-            stops.append(await _hold_lease(settings, store, readiness, mirrors, guard))
+            stops.append(await _hold_lease(settings, store, readiness, settlers, guard))
         gate.open()
         readiness.met("proxy")
     except BaseException:
@@ -301,15 +295,6 @@ async def start(settings: Settings) -> Running:
     )
 
 
-async def _start_relay(relay: Relay, settings: Settings, info: ProxyInfo, stops: list[Stop]) -> str:
-    """Listen; tell ``/v1/proxy`` where (``sidecar exec`` lets isolated agents reach it)."""
-    assert settings.pg_upstream is not None
-    host, port = await relay.start(*parse_listen(settings.pg_listen))
-    stops.append(relay.stop)
-    info.pg_relay.append((f"{host}:{port}", urlsplit(settings.pg_upstream).port))
-    return f"postgresql://{host}:{port}"
-
-
 def _probing_through(app: web.Application, upstream: Upstream) -> web.Application:
     """The control app with the proxy's upstream client: resume checks probe through it,
     with its routes, exactly as the proxy would."""
@@ -317,63 +302,22 @@ def _probing_through(app: web.Application, upstream: Upstream) -> web.Applicatio
     return app
 
 
-def _pg_relay(
-    settings: Settings,
-    rules: RuleSet,
-    bindings: Bindings,
-    store: Store,
-    metrics: Metrics,
-    mirrors: Mirrors,
-    certificates: RelayCertificates | None = None,
-) -> Relay:
-    """The PostgreSQL relay; with SQL rules, each connection gets an exactly-once engine."""
-    effects = (
-        PgEffects(
-            rules, bindings, store, metrics, mirrors=mirrors, store_retry_s=settings.store_retry_s
-        )
-        if rules.has_sql
-        else None
-    )
-    assert settings.pg_upstream is not None
-
-    async def session(
-        client_reader: asyncio.StreamReader,
-        client_writer: asyncio.StreamWriter,
-        server_reader: asyncio.StreamReader,
-        server_writer: asyncio.StreamWriter,
-        frontend: FrontendReader,
-        backend: BackendReader,
-        bind: BindRequest,
-        parameters: dict[str, str],
-    ) -> None:
-        database = parameters.get("database") or parameters.get("user", "")
-        if bind.task is None and settings.task:
-            # As for HTTP: a connection that names no task acts for the sidecar's own
-            # (the Kubernetes shape, where a redirected agent sets no PGOPTIONS).
-            bind = BindRequest(settings.task, None, "pg")
-        engine = effects.engine(bind, database) if effects is not None else None
-        await run_session(
-            client_reader, client_writer, server_reader, server_writer, frontend, backend, engine
-        )
-
-    # Agents asking for TLS get a certificate of the sidecar's CA (the bundle trusts it).
-    upstream = PgUpstream.parse(settings.pg_upstream, settings.pg_upstream_ca)
-    relay = Relay(upstream, session, certificates=certificates)
-    bindings.when_fenced(relay.close_attempt)
-    return relay
-
-
-async def _settle_attempt(guard: EffectGuard, mirrors: Mirrors, task: str, attempt_id: str) -> None:
+async def _settle_attempt(
+    guard: EffectGuard,
+    settlers: list[Callable[[], Awaitable[None]]],
+    task: str,
+    attempt_id: str,
+) -> None:
     """Before an attempt's lease is released: its HTTP forwards in flight and the
     relay's held-back writes land (each bounded)."""
-    await asyncio.gather(guard.settle_attempt(task, attempt_id), mirrors.settle())
+    await asyncio.gather(guard.settle_attempt(task, attempt_id), *(settle() for settle in settlers))
 
 
 async def _hold_lease(
     settings: Settings,
     store: Store,
     readiness: Readiness,
-    mirrors: Mirrors,
+    settlers: list[Callable[[], Awaitable[None]]],
     guard: EffectGuard,
 ) -> Stop:
     """Claim ``--task`` in the background (waiting out a live lease: the sidecar is not
@@ -406,7 +350,7 @@ async def _hold_lease(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         if keeper.held is not None:  # what the attempt has in flight lands before it ends
-            await _settle_attempt(guard, mirrors, keeper.task, keeper.held.attempt_id)
+            await _settle_attempt(guard, settlers, keeper.task, keeper.held.attempt_id)
         await keeper.release()
 
     return stop

@@ -229,6 +229,7 @@ class EffectGuard:
             request.target.partition("?")[2],
             request.headers,
             None if call.described.push is not None else request.body,
+            parsed=facts.json_body(),  # parsed once already, for the fingerprint
         )
         failpoints.reach("effect.before_pending", call.rule.name)
         try:

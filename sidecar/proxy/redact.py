@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode
 
@@ -99,8 +99,13 @@ def request_summary(
     query: str,
     headers: Iterable[tuple[str, str]],
     body: bytes | None,
+    parsed: Any = None,
 ) -> dict[str, Any]:
-    """The effect log's record of a request: auditable, with secrets removed."""
+    """The effect log's record of a request: auditable, with secrets removed.
+
+    ``parsed`` is the body already parsed as JSON, when the caller has it (None: parse it
+    here).  Only the excerpt kept is redacted and encoded, however large the body: a
+    1 MiB body costs its hash and its parse, not a walk over every value on the loop."""
     url = f"{scheme}://{host}{path}" + (f"?{redact_query(query)}" if query else "")
     summary: dict[str, Any] = {
         "method": method,
@@ -110,15 +115,61 @@ def request_summary(
     }
     if body:
         summary["body_sha256"] = hashlib.sha256(body).hexdigest()
-        try:
-            parsed = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return summary
-        text = json.dumps(redact_json(parsed), separators=(",", ":"))
+        if parsed is None:
+            try:
+                parsed = json.loads(body)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                return summary
+        text = excerpt(parsed, MAX_BODY_EXCERPT + 1)
         summary["body"] = (
             json.loads(text) if len(text) <= MAX_BODY_EXCERPT else text[:MAX_BODY_EXCERPT] + "..."
         )
     return summary
+
+
+def excerpt(value: Any, limit: int) -> str:
+    """The first ``limit`` characters (at least) of ``redact_json(value)`` as compact JSON,
+    all of it if shorter - encoded only as far as needed."""
+    chunks: list[str] = []
+    size = 0
+    for chunk in _redacted_chunks(value, limit):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return "".join(chunks)
+
+
+# A run of characters a credential is made of, at the end of a cut string: what is left
+# of a secret the cut may have split, too short for _SECRET_VALUE to know it.
+_TOKEN_TAIL = re.compile(r"[A-Za-z0-9+/=_.-]+$")
+
+
+def _redacted_chunks(value: Any, limit: int) -> Iterator[str]:
+    if isinstance(value, Mapping):
+        yield "{"
+        for at, (name, item) in enumerate(value.items()):
+            yield ("," if at else "") + json.dumps(str(name)) + ":"
+            if _SECRET_NAME.search(str(name)):
+                yield json.dumps(REDACTED)
+            else:
+                yield from _redacted_chunks(item, limit)
+        yield "}"
+    elif isinstance(value, list):
+        yield "["
+        for at, item in enumerate(value):
+            if at:
+                yield ","
+            yield from _redacted_chunks(item, limit)
+        yield "]"
+    elif isinstance(value, str):
+        if len(value) <= limit:
+            yield json.dumps(redact_text(value))
+        else:  # only the head can be shown: redact it, less a token the cut split
+            head = redact_text(value[: limit + 256])
+            yield json.dumps(_TOKEN_TAIL.sub("", head))
+    else:
+        yield json.dumps(value)
 
 
 def recordable_response_headers(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

@@ -15,11 +15,12 @@ bind parameters.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import re
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Annotated, Any
 
-from pglast import parser as pg
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -127,14 +128,22 @@ class Statement:
     def fingerprint(self) -> str:
         """PostgreSQL's parse-tree fingerprint: the same for statements differing only in
         constants."""
+        pg = _parser()
         try:
             return str(pg.fingerprint(self.text))
         except pg.ParseError:
             return hashlib.sha256(self.normalised.encode()).hexdigest()[:16]
 
 
+def _parser() -> ModuleType:
+    """pglast's parser, loaded when a statement is first looked at: a sidecar without a
+    PostgreSQL relay never pays its start-up time and memory."""
+    return importlib.import_module("pglast.parser")
+
+
 def split(sql: str) -> list[str]:
     """The statements of a simple Query, each with the comments that precede it."""
+    pg = _parser()
     try:
         slices = pg.split(sql, with_parser=False, only_slices=True)
     except pg.ParseError:

@@ -436,7 +436,7 @@ def harness() -> Iterator[Harness]:
         bind: BindRequest,
         parameters: dict[str, str],
     ) -> None:
-        # As sidecar.server._pg_relay wires it when SQL rules are loaded: every message
+        # As sidecar.pgwire.serving.pg_relay wires it when SQL rules are loaded: every message
         # framed and inspected (with no SQL rule at all, bytes are copied unframed).
         await run_session(
             client_reader, client_writer, server_reader, server_writer, frontend, backend,

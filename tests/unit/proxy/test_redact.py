@@ -7,9 +7,11 @@ import json
 
 from sidecar.domain.model import RecordedResponse
 from sidecar.proxy.redact import (
+    MAX_BODY_EXCERPT,
     REDACTED,
     UNREADABLE_BODY_HEADER,
     redact_response,
+    request_summary,
     without_secrets,
 )
 
@@ -79,3 +81,33 @@ def test_an_answer_whose_fields_cannot_be_read_is_not_kept():
     assert kept.headers == (*html, UNREADABLE_BODY_HEADER)
     garbled = answer({}, headers=(*JSON, ("Content-Encoding", "gzip")), raw=b"not gzip")
     assert redact_response(garbled, [("secret",)]).body == b""
+
+
+def test_a_large_body_keeps_a_redacted_excerpt_without_its_secrets():
+    items = [{"id": i, "password": f"pw-{i}", "note": "n" * 40} for i in range(20_000)]
+    body = json.dumps({"items": items}).encode()
+    summary = request_summary("POST", "https", "h", "/p", "", [], body)
+    excerpt = summary["body"]
+    assert excerpt.endswith("...")
+    assert len(excerpt) == MAX_BODY_EXCERPT + 3
+    assert '"password":"[redacted]"' in excerpt
+    assert "pw-" not in excerpt
+    assert summary["body_bytes"] == len(body)
+
+
+def test_a_long_string_cut_in_the_middle_of_a_token_shows_no_part_of_it():
+    token = "ghp_" + "A1b2" * 10
+    text = "w " * (MAX_BODY_EXCERPT // 2 - 10) + token + " tail" * 1000
+    summary = request_summary("POST", "https", "h", "/p", "", [], json.dumps([text]).encode())
+    assert "ghp_" not in summary["body"]
+    assert "A1b2" not in summary["body"]
+
+
+def test_a_small_body_is_kept_as_parsed_redacted_json():
+    body = b'{"name": "x", "api_key": "k", "nested": [{"token": "t", "n": 1}]}'
+    summary = request_summary("POST", "https", "h", "/p", "", [], body)
+    assert summary["body"] == {
+        "name": "x",
+        "api_key": "[redacted]",
+        "nested": [{"token": "[redacted]", "n": 1}],
+    }
