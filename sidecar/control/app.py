@@ -8,7 +8,17 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from sidecar.clock import Clock, SystemClock
-from sidecar.control import history, listings, ops, resume, review, settle, tasks
+from sidecar.control import (
+    console,
+    history,
+    listings,
+    ops,
+    resume,
+    review,
+    ruleset,
+    settle,
+    tasks,
+)
 from sidecar.control.auth import bearer_middleware
 from sidecar.control.keys import (
     BEFORE_RELEASE,
@@ -29,7 +39,17 @@ from sidecar.store import Store
 
 # 1 MiB of JSON is far more than any checkpoint should carry; larger bodies get a 413.
 MAX_BODY_BYTES = 1024 * 1024
-APIS = (tasks.api, listings.api, history.api, settle.api, ops.api, review.api, resume.api)
+APIS = (
+    tasks.api,
+    listings.api,
+    history.api,
+    settle.api,
+    ops.api,
+    review.api,
+    resume.api,
+    ruleset.api,
+    console.api,
+)
 
 
 def make_app(

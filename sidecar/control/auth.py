@@ -3,8 +3,10 @@
 A token is mandatory when the API listens beyond loopback (``serve`` refuses to start
 without one there) and enforced whenever one is configured.  Liveness and readiness
 stay open so that kubelet probes need no secret; they reveal nothing about tasks.
-Every other route needs the token, ``POST /v1/shutdown`` included, even from loopback:
-a ``kubectl port-forward`` or a mesh proxy delivers outside callers from 127.0.0.1.
+The console's static files (``/`` and ``/ui/...``) are open too: they hold no data, and
+the page asks for the token before it calls any route that does.  Every other route
+needs the token, ``POST /v1/shutdown`` included, even from loopback: a ``kubectl
+port-forward`` or a mesh proxy delivers outside callers from 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import ipaddress
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from sidecar.control.console import is_console_path
 from sidecar.errors import Unauthorized
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -45,8 +48,11 @@ def bearer_middleware(token: str) -> Middleware:
 
     @web.middleware
     async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in OPEN_PATHS and not presents(
-            request.headers.get("Authorization", ""), expected
+        path = request.path
+        if (
+            path not in OPEN_PATHS
+            and not is_console_path(path)
+            and not presents(request.headers.get("Authorization", ""), expected)
         ):
             raise Unauthorized("a valid 'Authorization: Bearer <token>' header is required")
         return await handler(request)

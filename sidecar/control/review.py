@@ -3,7 +3,9 @@
 ``GET /v1/review?since=30d`` answers the window's figures (:mod:`sidecar.review.figures`),
 read from the store a page at a time (:mod:`sidecar.review.collect`); it writes nothing,
 so the review's own measurements in it are null - the CLI makes them through the claim,
-release and checkpoint routes.  ``DELETE /v1/review/scratch/{task}`` removes the CLI's
+release and checkpoint routes.  ``GET /v1/review/report?since=`` answers the same figures
+as the HTML report ``sidecar review --out`` writes (inline SVG charts, no script): the
+console shows it.  ``DELETE /v1/review/scratch/{task}`` removes the CLI's
 scratch task afterwards; it deletes nothing but tasks named as the review names them
 (:data:`sidecar.review.SCRATCH_PREFIX`), and only once no lease on one is live.
 """
@@ -11,6 +13,7 @@ scratch task afterwards; it deletes nothing but tasks named as the review names 
 from __future__ import annotations
 
 import argparse
+import asyncio
 from datetime import timedelta
 
 from aiohttp import web
@@ -20,7 +23,7 @@ from sidecar.cli.lifecycle import duration
 from sidecar.control.endpoints import Api, json_answer, task_param
 from sidecar.control.keys import CLOCK, STORE
 from sidecar.errors import InvalidRequest
-from sidecar.review import SCRATCH_PREFIX
+from sidecar.review import SCRATCH_PREFIX, report_html
 from sidecar.review.collect import collect
 from sidecar.review.figures import Review
 
@@ -48,6 +51,10 @@ class ScratchRemoved(BaseModel):
     problems=_PROBLEMS,
 )
 async def review(request: web.Request) -> web.Response:
+    return json_answer(await _figures(request))
+
+
+async def _figures(request: web.Request) -> Review:
     given = request.query.get("since", DEFAULT_SINCE)
     try:
         back = duration(given[:32])
@@ -56,8 +63,22 @@ async def review(request: web.Request) -> web.Response:
     if back > timedelta(days=3660):
         raise InvalidRequest("since must be at most 3660d")
     now = request.app[CLOCK].now()
-    figures = await collect(request.app[STORE], now - back, now, source=str(request.url.origin()))
-    return json_answer(figures)
+    return await collect(request.app[STORE], now - back, now, source=str(request.url.origin()))
+
+
+@api.route(
+    "GET",
+    "/v1/review/report",
+    summary="The review since ?since= as the self-contained HTML report of `sidecar review "
+    "--out` (inline SVG charts, no script). Read-only: the fencing proof is not run.",
+    content_type="text/html",
+    problems=_PROBLEMS,
+)
+async def review_report(request: web.Request) -> web.Response:
+    figures = await _figures(request)
+    # pygal draws in Python: off the event loop the proxy shares.
+    html = await asyncio.to_thread(report_html.render, figures)
+    return web.Response(text=html, content_type="text/html")
 
 
 @api.route(
