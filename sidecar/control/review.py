@@ -23,7 +23,7 @@ from sidecar.cli.lifecycle import duration
 from sidecar.control.endpoints import Api, json_answer, task_param
 from sidecar.control.keys import CLOCK, STORE
 from sidecar.errors import InvalidRequest
-from sidecar.review import SCRATCH_PREFIX, report_html
+from sidecar.review import SCRATCH_PREFIX
 from sidecar.review.collect import collect
 from sidecar.review.figures import Review
 
@@ -76,6 +76,9 @@ async def _figures(request: web.Request) -> Review:
 )
 async def review_report(request: web.Request) -> web.Response:
     figures = await _figures(request)
+    # The charts (pygal) load with the first report asked for, not with every sidecar.
+    from sidecar.review import report_html  # noqa: PLC0415
+
     # pygal draws in Python: off the event loop the proxy shares.
     html = await asyncio.to_thread(report_html.render, figures)
     return web.Response(text=html, content_type="text/html")
