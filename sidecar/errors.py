@@ -1,22 +1,26 @@
 """Every error effect-sidecar raises on purpose.
 
 One root class; each subclass carries a stable ``code`` (the ``code`` member of the
-control API's problem+json answers, the proxy's 409/503 bodies, the CLI's messages) and
-the HTTP status that code maps to.  Driver errors (sqlite3, asyncpg, OSError) are
-translated into :class:`StoreUnavailable` at the store boundary and nowhere else.
+control API's problem+json answers, the proxy's refusals, the CLI's messages) and
+the HTTP ``status`` that code maps to: a class attribute, which an instance shadows only
+where one code has two statuses (a schema violation is 422, unparsable input 400; an
+upstream timeout is 504, another upstream failure 502).  Driver errors (sqlite3,
+psycopg, OSError) are translated at the store boundary and nowhere else: into
+:class:`StoreUnavailable`, or :class:`UnstorableValue` for a value the store cannot hold.
 
     SidecarError
-    ├── ConfigError            bad flags, env, config or rule files (never at run time)
+    ├── ConfigError            bad flags, env, config or rule files (400)
     │   └── InvalidInjection   a pod's effect-sidecar.io/* annotation cannot be honoured
-    ├── InvalidRequest         a body or parameter that does not validate
+    ├── InvalidRequest         a body or parameter that does not validate (400; 422 for a
+    │   │                      well-formed body that breaks its schema)
     │   ├── PayloadTooLarge    a matched effect's body over its rule's max_body_bytes (413)
     │   ├── UnstorableValue    a value the store cannot hold (a lone surrogate, an integer
     │   │                      beyond 64 bits, a NUL in PostgreSQL text): 422, alone
     │   └── PayloadMismatch    a replay whose payload differs, under on_divergence: reject (422)
-    ├── NotFound               no such task / effect
-    ├── Unauthorized           missing or wrong control-API bearer token
+    ├── NotFound               no such task / effect (404)
+    ├── Unauthorized           missing or wrong control-API bearer token (401)
     ├── TaskUnbound            a matched effect with no task to record it under (428)
-    ├── Conflict
+    ├── Conflict               (409)
     │   ├── LeaseHeld          another worker's lease on the task is live
     │   ├── TaskIsDone         the task was marked done: claims are refused until reopened
     │   ├── StaleGeneration    a write whose (attempt, generation) is not the task's current one
@@ -32,9 +36,10 @@ translated into :class:`StoreUnavailable` at the store boundary and nowhere else
     │   ├── LeaseExpiring      this sidecar's lease is about to expire un-renewed (self-fencing)
     │   ├── EffectSettling     an older attempt may still land the effect; wait before probing
     │   └── ProbeFailed        the evidence check could not be made
-    ├── UpstreamFailed         the upstream answered 5xx, timed out or reset: outcome unknown
-    └── SidecarFault           something unexpected inside the effect path: answered, never
-                               forwarded un-recorded (SPEC §3.6)
+    ├── UpstreamFailed         the upstream answered 5xx or reset (502), or timed out (504):
+    │                          outcome unknown
+    └── SidecarFault           something unexpected inside the effect path (500): answered,
+                               never forwarded un-recorded (SPEC §3.6)
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ class SidecarError(Exception):
     """effect-sidecar could not do what was asked."""
 
     code: ClassVar[str] = "internal"
-    status: ClassVar[int] = 500
+    status: int = 500  # the class's; an instance shadows it only where noted
     title: ClassVar[str] = "Internal error"
 
     def __init__(self, detail: str | None = None) -> None:
@@ -96,8 +101,9 @@ class InvalidRequest(SidecarError):
     ) -> None:
         super().__init__(detail)
         self.errors = errors or []
-        # Schema violations (well-formed JSON, wrong content) are 422; unparsable input 400.
-        self.http_status = 422 if self.errors else 400
+        if self.errors:
+            # Schema violations (well-formed JSON, wrong content) are 422; unparsable input 400.
+            self.status = 422
 
     def extensions(self) -> dict[str, Any]:
         return {"errors": self.errors} if self.errors else {}
@@ -240,11 +246,8 @@ class PayloadTooLarge(InvalidRequest):
     """The request body is larger than its rule allows for a recorded effect."""
 
     code = "payload_too_large"
+    status = 413
     title = "Payload too large"
-
-    def __init__(self, detail: str | None = None) -> None:
-        super().__init__(detail)
-        self.http_status = 413
 
 
 class UnstorableValue(InvalidRequest):
@@ -252,22 +255,16 @@ class UnstorableValue(InvalidRequest):
     other writes committed with it were (the group commit isolates it)."""
 
     code = "unstorable_value"
+    status = 422
     title = "Value the store cannot hold"
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.http_status = 422
 
 
 class PayloadMismatch(InvalidRequest):
     """This effect was already performed with a different payload."""
 
     code = "payload_mismatch"
+    status = 422
     title = "Payload differs from the recorded effect"
-
-    def __init__(self, detail: str | None = None) -> None:
-        super().__init__(detail)
-        self.http_status = 422
 
 
 class TaskUnbound(SidecarError):
@@ -416,7 +413,7 @@ class UpstreamFailed(SidecarError):
         super().__init__(detail)
         self.timeout = timeout
         if timeout:
-            self.http_status = 504
+            self.status = 504
 
 
 class SidecarFault(SidecarError):

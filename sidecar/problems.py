@@ -33,7 +33,11 @@ def problem_body(
 
 def error_body(error: SidecarError, instance: str | None = None) -> tuple[int, bytes]:
     """The status and problem body for a SidecarError."""
-    status = getattr(error, "http_status", error.status)
-    return status, problem_body(
-        status, error.code, error.title, error.detail, instance=instance, **error.extensions()
+    return error.status, problem_body(
+        error.status,
+        error.code,
+        error.title,
+        error.detail,
+        instance=instance,
+        **error.extensions(),
     )

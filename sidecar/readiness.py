@@ -3,7 +3,7 @@
 The store's durable test write is checked on every ``/readyz`` call by the route itself;
 this module owns the other conditions, which the server declares at start-up and marks
 met as each part comes up: the proxy's gate is open (it answers requests instead of
-``503 starting``), the PostgreSQL relay listens, the sidecar's own ``--task`` lease is
+``503 not_ready``), the PostgreSQL relay listens, the sidecar's own ``--task`` lease is
 held. Kubernetes holds an injected agent back until the sidecar's startupProbe passes,
 so "ready" must mean "an agent started now is fully covered", not "the control API
 answers". A condition can be lost again (the lease, when another worker fences this

@@ -129,7 +129,7 @@ class StoreSource:
         refusals = await self.store.refusals(task)
         checkpoints = await self.store.checkpoints(task)
         out = TaskOut.of(view, refusals, SystemClock().now())
-        return out, [CheckpointOut.of(c) for c in checkpoints]
+        return out, [CheckpointOut.model_validate(c) for c in checkpoints]
 
     async def effects(self, task: str, limit: int) -> tuple[list[EffectOut], bool]:
         if await self.store.task_view(task) is None:

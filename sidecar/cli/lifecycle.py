@@ -117,8 +117,11 @@ async def _mark(args: argparse.Namespace, action: str) -> int:
                 state = await store.reopen(args.task, by, note or "reopened")
         finally:
             await store.close()
-        mark = MarkOut.of(state.done)
-        done = None if mark is None else mark.model_dump(mode="json")
+        done = (
+            None
+            if state.done is None
+            else MarkOut.model_validate(state.done).model_dump(mode="json")
+        )
         generation = state.generation
     if args.json:
         print(json.dumps({"task": args.task, "generation": generation, "done": done}))

@@ -248,7 +248,7 @@ def explain_http(rules: RuleSet, facts: HttpRequestFacts) -> dict[str, Any]:
         out["disposition"] = "passthrough"
         return out
     out["disposition"] = "guarded"
-    key = rules.effect_key(match, facts)
+    key = match.key(facts)
     out["effect_key"] = key
     out["key_from"] = _key_source(rule, match, facts)
     out["fingerprint"] = fingerprint(facts)

@@ -67,7 +67,7 @@ def _page_of_checkpoints(task: str, found: list[Checkpoint], limit: int) -> byte
     page = found[:limit]
     answer = CheckpointList(
         task=task,
-        checkpoints=[CheckpointOut.of(c) for c in page],
+        checkpoints=[CheckpointOut.model_validate(c) for c in page],
         next_cursor=next_cursor("checkpoints", page[-1].seq) if more else None,
     )
     return answer.model_dump_json().encode()

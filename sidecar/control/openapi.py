@@ -14,24 +14,27 @@ from sidecar.control.endpoints import Endpoint
 from sidecar.control.pages import QUERY_PARAMETERS
 from sidecar.control.schemas import Problem
 from sidecar.domain.ids import TASK_PATTERN
+from sidecar.errors import InvalidRequest, SidecarError
 from sidecar.problems import PROBLEM_JSON
 
 _REF = "#/components/schemas/{model}"
-_PROBLEM_STATUS = {
-    "invalid_request": 422,
-    "unauthorized": 401,
-    "not_found": 404,
-    "lease_held": 409,
-    "task_done": 409,
-    "stale_generation": 409,
-    "not_waiting_for_a_human": 409,
-    "store_unavailable": 503,
-    "not_ready": 503,
-}
+
+
+def _problem_statuses() -> dict[str, int]:
+    """Each problem code's HTTP status, as its error class says; ``invalid_request`` is
+    documented as the 422 of a body that breaks its schema (its 400 is added apart)."""
+    found: dict[str, int] = {}
+    classes: list[type[SidecarError]] = [SidecarError]
+    while classes:
+        cls = classes.pop()
+        found.setdefault(cls.code, cls.status)
+        classes.extend(cls.__subclasses__())
+    return found | {InvalidRequest.code: 422}
 
 
 def build(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
     endpoints = list(endpoints)
+    statuses = _problem_statuses()
     models: set[type[BaseModel]] = {Problem}
     for e in endpoints:
         models.update(m for m in (e.body, e.answer) if m is not None)
@@ -71,7 +74,7 @@ def build(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
                 "content": {"application/json": {"schema": keys[(e.body, "validation")]}},
             }
         for code in e.problems:
-            status = str(_PROBLEM_STATUS.get(code, 400))
+            status = str(statuses.get(code, 400))
             entry = operation["responses"].setdefault(
                 status,
                 {

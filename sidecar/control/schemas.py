@@ -1,8 +1,10 @@
 """Request and response bodies of the control API, as pydantic models.
 
 Requests are strict (unknown fields refused) so that a typo such as ``generaton`` is a
-422, not a silently unfenced write.  Responses are built from domain records by the
-``from_*`` constructors; their JSON Schemas feed ``/openapi.json``.
+422, not a silently unfenced write.  Responses are built from domain records by
+``model_validate(record)`` (members from attributes of the same names), or by ``of``
+where some members are computed (a lease's ``live``, an effect's response digest); their
+JSON Schemas feed ``/openapi.json``.
 """
 
 from __future__ import annotations
@@ -18,14 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 from sidecar.domain.model import (
     AgentExit,
     Attempt,
-    Checkpoint,
-    Claim,
     Effect,
     EffectEvent,
     EffectState,
     FenceRefusal,
     Lease,
-    Mark,
     TaskState,
     TaskView,
 )
@@ -184,7 +183,17 @@ class CheckpointRequest(Request):
 
 
 class Response(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    """An answer, built from the domain record it shows by ``model_validate(record)``:
+    members from the record's attributes of the same names, nested records alike."""
+
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
+
+def _of[R: Response](model: type[R], record: object, **computed: Any) -> R:
+    """``model`` from ``record`` as ``model_validate`` builds it, but for the members
+    ``computed`` gives (ones the record has no attribute for, or shows otherwise)."""
+    found = {name: getattr(record, name) for name in model.model_fields if name not in computed}
+    return model.model_validate(found | computed)
 
 
 class CheckpointOut(Response):
@@ -195,18 +204,6 @@ class CheckpointOut(Response):
     generation: int
     outputs: dict[str, JsonValue]
     created_at: datetime
-
-    @classmethod
-    def of(cls, c: Checkpoint) -> CheckpointOut:
-        return cls(
-            task=c.task,
-            seq=c.seq,
-            stage=c.stage,
-            attempt_id=c.attempt_id,
-            generation=c.generation,
-            outputs=c.outputs,
-            created_at=c.created_at,
-        )
 
 
 class ClaimResponse(Response):
@@ -220,18 +217,6 @@ class ClaimResponse(Response):
         description="The attempt this claim fenced off, if its lease had not been released."
     )
 
-    @classmethod
-    def of(cls, c: Claim) -> ClaimResponse:
-        return cls(
-            task=c.task,
-            attempt_id=c.attempt_id,
-            generation=c.generation,
-            worker=c.worker,
-            lease_expires_at=c.lease_expires_at,
-            last_checkpoint=CheckpointOut.of(c.last_checkpoint) if c.last_checkpoint else None,
-            previous_attempt_id=c.previous_attempt_id,
-        )
-
 
 class LeaseOut(Response):
     attempt_id: str
@@ -244,25 +229,13 @@ class LeaseOut(Response):
 
     @classmethod
     def of(cls, lease: Lease, now: datetime) -> LeaseOut:
-        return cls(
-            attempt_id=lease.attempt_id,
-            generation=lease.generation,
-            worker=lease.worker,
-            acquired_at=lease.acquired_at,
-            expires_at=lease.expires_at,
-            released_at=lease.released_at,
-            live=lease.is_live(now),
-        )
+        return _of(cls, lease, live=lease.is_live(now))
 
 
 class MarkOut(Response):
     at: datetime
     by: str
     note: str | None
-
-    @classmethod
-    def of(cls, mark: Mark | None) -> MarkOut | None:
-        return None if mark is None else cls(at=mark.at, by=mark.by, note=mark.note)
 
 
 class LeaseResponse(Response):
@@ -273,9 +246,7 @@ class LeaseResponse(Response):
     @classmethod
     def of(cls, state: TaskState, now: datetime) -> LeaseResponse:
         assert state.lease is not None
-        return cls(
-            task=state.task, generation=state.generation, lease=LeaseOut.of(state.lease, now)
-        )
+        return _of(cls, state, lease=LeaseOut.of(state.lease, now))
 
 
 class CheckpointCreated(Response):
@@ -314,22 +285,7 @@ class AttemptOut(Response):
 
     @classmethod
     def of(cls, a: Attempt, current: bool = False) -> AttemptOut:
-        e = a.exit
-        return cls(
-            attempt_id=a.attempt_id,
-            generation=a.generation,
-            worker=a.worker,
-            claimed_at=a.claimed_at,
-            ended_at=a.ended_at,
-            end_reason=a.end_reason.value if a.end_reason else None,
-            lease_until=a.lease_until,
-            exit=None
-            if e is None
-            else AttemptEndOut(
-                exit_code=e.exit_code, signal=e.signal, error=e.error, lease_lost=e.lease_lost
-            ),
-            how=a.how(current),
-        )
+        return _of(cls, a, how=a.how(current))
 
 
 class RefusalOut(Response):
@@ -340,16 +296,10 @@ class RefusalOut(Response):
     at: datetime
     reason: str
 
-    @classmethod
-    def of(cls, r: FenceRefusal) -> RefusalOut:
-        return cls(
-            operation=r.operation,
-            attempt_id=r.attempt_id,
-            generation=r.generation,
-            current_generation=r.current_generation,
-            at=r.at,
-            reason=r.reason,
-        )
+
+def _counts(view: TaskView) -> dict[str, int]:
+    """Effect counts by state, every state named."""
+    return {s.value: view.effect_counts.get(s.value, 0) for s in EffectState}
 
 
 class TaskOut(Response):
@@ -367,28 +317,16 @@ class TaskOut(Response):
 
     @classmethod
     def of(cls, view: TaskView, refusals: list[FenceRefusal], now: datetime) -> TaskOut:
-        state = view.state
-        counts = {s.value: view.effect_counts.get(s.value, 0) for s in EffectState}
-        return cls(
-            task=state.task,
-            generation=state.generation,
-            lease=LeaseOut.of(state.lease, now) if state.lease else None,
-            attempts=[
-                AttemptOut.of(
-                    a,
-                    state.lease is not None
-                    and state.lease.attempt_id == a.attempt_id
-                    and state.lease.released_at is None,
-                )
-                for a in view.attempts
-            ],
-            last_checkpoint=CheckpointOut.of(view.last_checkpoint)
-            if view.last_checkpoint
-            else None,
-            effects=counts,
-            refused_writes=[RefusalOut.of(r) for r in refusals],
-            done=MarkOut.of(state.done),
-            reopened=MarkOut.of(state.reopened),
+        lease = view.state.lease
+        holder = lease.attempt_id if lease is not None and lease.released_at is None else None
+        return _of(
+            cls,
+            view.state,
+            lease=None if lease is None else LeaseOut.of(lease, now),
+            attempts=[AttemptOut.of(a, a.attempt_id == holder) for a in view.attempts],
+            last_checkpoint=view.last_checkpoint,
+            effects=_counts(view),
+            refused_writes=refusals,
         )
 
 
@@ -407,16 +345,6 @@ class EventOut(Response):
     generation: int
     at: datetime
     detail: str | None
-
-    @classmethod
-    def of(cls, e: EffectEvent) -> EventOut:
-        return cls(
-            event=e.event,
-            attempt_id=e.attempt_id,
-            generation=e.generation,
-            at=e.at,
-            detail=e.detail,
-        )
 
 
 class RecordedResponseOut(Response):
@@ -450,18 +378,9 @@ class EffectOut(Response):
     def of(cls, e: Effect, events: list[EffectEvent]) -> EffectOut:
         """``events`` are this effect's own, oldest first."""
         r = e.response
-        return cls(
-            task=e.task,
-            key=e.key,
-            state=e.state.value,
-            kind=e.kind,
-            rule=e.rule,
-            origin_attempt_id=e.origin_attempt_id,
-            attempt_id=e.attempt_id,
-            generation=e.generation,
-            fingerprint=e.fingerprint,
-            idempotency_key=e.idempotency_key,
-            request=e.request,
+        return _of(
+            cls,
+            e,
             response=None
             if r is None
             else RecordedResponseOut(
@@ -470,10 +389,7 @@ class EffectOut(Response):
                 body_sha256=hashlib.sha256(r.body).hexdigest(),
                 command_tag=dict(r.headers).get("x-command-tag"),
             ),
-            detail=e.detail,
-            created_at=e.created_at,
-            updated_at=e.updated_at,
-            events=[EventOut.of(ev) for ev in events],
+            events=events,
         )
 
 
@@ -551,19 +467,14 @@ class TaskSummary(Response):
         state = view.state
         lease = state.lease
         live = lease is not None and lease.is_live(now)
-        return cls(
-            task=state.task,
-            generation=state.generation,
+        return _of(
+            cls,
+            state,
             state="leased" if live else "done" if state.done is not None else "free",
-            done=MarkOut.of(state.done),
             waiting_for_human=view.effect_counts.get(EffectState.UNKNOWN.value, 0),
-            lease=LeaseOut.of(lease, now) if lease else None,
-            last_checkpoint=CheckpointOut.of(view.last_checkpoint)
-            if view.last_checkpoint
-            else None,
-            effects={s.value: view.effect_counts.get(s.value, 0) for s in EffectState},
-            created_at=state.created_at,
-            updated_at=state.updated_at,
+            lease=None if lease is None else LeaseOut.of(lease, now),
+            last_checkpoint=view.last_checkpoint,
+            effects=_counts(view),
         )
 
 

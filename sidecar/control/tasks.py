@@ -34,7 +34,7 @@ async def claim(request: web.Request) -> web.Response:
     task = task_param(request)
     body = await parse_body(request, ClaimRequest)
     granted = await request.app[STORE].claim(task, body.worker, body.ttl_s)
-    return json_answer(ClaimResponse.of(granted))
+    return json_answer(ClaimResponse.model_validate(granted))
 
 
 @api.route(

@@ -85,9 +85,7 @@ class HttpCodec:
         self.rules = rules
 
     def describe(self, match: RuleMatch, request: AgentRequest) -> Described:
-        return Described(
-            self.rules.effect_key(match, request.facts), self.rules.fingerprint(request.facts)
-        )
+        return Described(match.key(request.facts), self.rules.fingerprint(request.facts))
 
     def replay(self, effect: Effect, described: Described) -> Content:
         response = effect.response

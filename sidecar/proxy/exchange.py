@@ -15,7 +15,7 @@ from yarl import URL
 from sidecar.errors import SidecarError, Unavailable
 from sidecar.problems import PROBLEM_JSON, error_body
 from sidecar.proxy.upstream import Reply
-from sidecar.rules.matcher import HttpRequestFacts
+from sidecar.rules.facts import HttpRequestFacts
 
 type Headers = tuple[tuple[str, str], ...]
 

@@ -1,16 +1,17 @@
 """Rules: which outbound requests are effects, how to key them and how to probe for them.
 
-``load_rules`` reads the YAML rule files (SPEC §5) into a :class:`RuleSet`; the proxy asks
-it ``match`` for each request, then ``effect_key`` and ``fingerprint`` for a matched one.
-HTTP rules and git push (``protocol: git-receive-pack``) rules; SQL rules come with the
-PostgreSQL proxy.
+``load_rules`` reads the YAML rule files (SPEC §5) into a :class:`RuleSet`.  The HTTP
+proxy asks it ``match`` for each request (the request as :class:`HttpRequestFacts`), then
+the :class:`RuleMatch` for its ``key`` and the set for the request's ``fingerprint``; the
+PostgreSQL relay asks ``match_sql`` for each statement (:mod:`.sql`).  Three kinds of
+rule: HTTP, git push (``protocol: git-receive-pack``) and SQL (``match: {sql: ...}``).
 """
 
 from __future__ import annotations
 
+from sidecar.rules.facts import HttpRequestFacts
 from sidecar.rules.loader import RuleError, RuleProblem, load_rules
 from sidecar.rules.matcher import (
-    HttpRequestFacts,
     RuleMatch,
     RuleSet,
     RuleSource,

@@ -1,4 +1,5 @@
-"""Which rule a request falls under, and the effect key and fingerprint it gets.
+"""Which rule a request or SQL statement falls under, and the effect key and fingerprint
+a request gets.
 
 Matching uses the request line and headers only, never the body, so the proxy can decide
 from the headers alone whether it must buffer a request (a matched write) or may stream
@@ -10,88 +11,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlencode
 
+from sidecar.rules.facts import HttpRequestFacts
 from sidecar.rules.model import HttpMatch, Rule
 from sidecar.rules.regex import LinearMatch
 from sidecar.rules.sql import Statement
 from sidecar.rules.sql import effect_key as sql_effect_key
 from sidecar.rules.sql import matches as sql_matches
 from sidecar.rules.templates import TemplateValueMissing
-
-_NOT_PARSED: Any = object()
-
-
-@dataclass(frozen=True)
-class HttpRequestFacts:
-    """What the rules may look at in one HTTP request.
-
-    ``host`` is lower-case without port or IPv6 brackets; ``path`` is the path as sent
-    (percent-encoded) without the query; ``query`` holds the first (decoded) value of each
-    parameter; ``headers`` are keyed by lower-case name.
-    """
-
-    method: str
-    host: str
-    port: int | None
-    path: str
-    query: Mapping[str, str] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: bytes | None = None
-    _json: Any = field(default=_NOT_PARSED, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        # Normalised here so every producer (proxy, tests, probes) compares alike.
-        object.__setattr__(self, "method", self.method.upper())
-        object.__setattr__(self, "host", self.host.lower().strip("[]"))
-        object.__setattr__(self, "headers", {k.lower(): v for k, v in self.headers.items()})
-
-    @classmethod
-    def from_target(
-        cls,
-        method: str,
-        host: str,
-        port: int | None,
-        target: str,
-        headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
-        body: bytes | None = None,
-    ) -> HttpRequestFacts:
-        """From a request target as on the request line: ``/path?query``."""
-        path, _, query = target.partition("?")
-        first: dict[str, str] = {}
-        for name, value in parse_qsl(query, keep_blank_values=True):
-            first.setdefault(name, value)
-        pairs = headers.items() if isinstance(headers, Mapping) else headers
-        lowered: dict[str, str] = {}
-        for name, value in pairs:
-            lowered.setdefault(name.lower(), value)  # the first of repeated headers wins
-        return cls(method, host, port, path or "/", first, lowered, body)
-
-    @classmethod
-    def from_url(
-        cls,
-        method: str,
-        url: str,
-        headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
-        body: bytes | None = None,
-    ) -> HttpRequestFacts:
-        parts = urlsplit(url)
-        target = parts.path + (f"?{parts.query}" if parts.query else "")
-        return cls.from_target(method, parts.hostname or "", parts.port, target, headers, body)
-
-    def json_body(self) -> Any:
-        """The body parsed as JSON, or None when there is none or it is not JSON."""
-        if self._json is _NOT_PARSED:
-            try:
-                parsed = json.loads(self.body) if self.body else None
-            except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly deep
-                parsed = None
-            object.__setattr__(self, "_json", parsed)
-        return self._json
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +34,30 @@ class RuleMatch:
     def secrets(self) -> tuple[str, ...]:
         """The values of the path parameters the rule marks secret (``redact.params``)."""
         return tuple(self.params[n] for n in self.rule.redact.params if self.params.get(n))
+
+    def key(self, facts: HttpRequestFacts) -> str:
+        """The effect key: the rule's ``key`` rendered for this request.
+
+        Without a ``key``, or when the request lacks a value the key names, the key is
+        ``"{rule}:{METHOD} {path}#{digest}"`` where digest is the first 16 hex digits of
+        the sha256 of the canonical body (:func:`canonical_body`), preceded by the sorted
+        query and a newline when there is a query. So the same request - the same JSON
+        whatever its key order or spacing, or the same bytes - gets the same key, and
+        the query, which may carry secrets, is not written in clear.  A path parameter
+        the rule marks secret is its :func:`secret_digest`, in the path and in a ``key``.
+        """
+        rule = self.rule
+        facts, params = _without_secrets(self, facts)
+        if rule.key is not None:
+            try:
+                return rule.key.render(facts, params)
+            except TemplateValueMissing:
+                pass  # fall back to the request itself, documented above
+        digest = hashlib.sha256()
+        if facts.query:
+            digest.update(f"{urlencode(sorted(facts.query.items()))}\n".encode())
+        digest.update(canonical_body(facts))
+        return f"{rule.name}:{facts.method} {facts.path}#{digest.hexdigest()[:16]}"
 
 
 def secret_digest(value: str) -> str:
@@ -233,30 +188,6 @@ class RuleSet:
     @property
     def has_sql(self) -> bool:
         return any(rule.sql is not None for rule in self.rules)
-
-    def effect_key(self, match: RuleMatch, facts: HttpRequestFacts) -> str:
-        """The rule's ``key`` rendered for this request.
-
-        Without a ``key``, or when the request lacks a value the key names, the key is
-        ``"{rule}:{METHOD} {path}#{digest}"`` where digest is the first 16 hex digits of
-        the sha256 of the canonical body (:func:`canonical_body`), preceded by the sorted
-        query and a newline when there is a query. So the same request - the same JSON
-        whatever its key order or spacing, or the same bytes - gets the same key, and
-        the query, which may carry secrets, is not written in clear.  A path parameter
-        the rule marks secret is its :func:`secret_digest`, in the path and in a ``key``.
-        """
-        rule = match.rule
-        facts, params = _without_secrets(match, facts)
-        if rule.key is not None:
-            try:
-                return rule.key.render(facts, params)
-            except TemplateValueMissing:
-                pass  # fall back to the request itself, documented above
-        digest = hashlib.sha256()
-        if facts.query:
-            digest.update(f"{urlencode(sorted(facts.query.items()))}\n".encode())
-        digest.update(canonical_body(facts))
-        return f"{rule.name}:{facts.method} {facts.path}#{digest.hexdigest()[:16]}"
 
     @staticmethod
     def fingerprint(facts: HttpRequestFacts) -> str:

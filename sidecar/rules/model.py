@@ -274,7 +274,7 @@ class Rule(_Frozen):
     """Which requests (``match``) are which kind of effect, and how to name and resolve one.
 
     ``key`` names what makes two requests the same effect; without one, the request itself
-    does (``RuleSet.effect_key``). ``idempotency_header`` is the header the sidecar puts
+    does (``RuleMatch.key``). ``idempotency_header`` is the header the sidecar puts
     its minted idempotency key in. ``max_body_bytes`` bounds the request body buffered to
     key and record the effect; ``timeout_s`` bounds how long the agent waits for the
     upstream.  ``settle_s`` is how long the API may keep acting after its client went away

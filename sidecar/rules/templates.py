@@ -25,7 +25,7 @@ from jmespath.exceptions import IncompleteExpressionError, JMESPathError, LexerE
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sidecar.rules.matcher import HttpRequestFacts
+    from sidecar.rules.facts import HttpRequestFacts
 
 PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # an HTTP header name (RFC 9110 token)

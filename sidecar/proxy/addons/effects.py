@@ -29,7 +29,7 @@ from sidecar.proxy.exchange import AgentRequest, Answer, refusal
 from sidecar.proxy.guard import EffectGuard, fault
 from sidecar.proxy.redact import without_secrets
 from sidecar.rules import RuleMatch, RuleSet
-from sidecar.rules.matcher import HttpRequestFacts
+from sidecar.rules.facts import HttpRequestFacts
 
 log = logging.getLogger("sidecar.proxy")
 

@@ -1,17 +1,18 @@
-"""Answer 503 until the sidecar is ready.
+"""Answer 503 ``not_ready`` until the sidecar is ready.
 
 mitmproxy starts accepting connections before its ``running`` hook has finished; the
 store and rules are ready before the proxy starts, but a request must still never be
 handled by a half-started sidecar, so until :meth:`open` is called every request gets
-503 and nothing is forwarded.
+the same 503 ``not_ready`` problem as ``/readyz`` and nothing is forwarded.
 """
 
 from __future__ import annotations
 
 from mitmproxy import http
 
-from sidecar.problems import PROBLEM_JSON, problem_body
+from sidecar.errors import NotReady
 from sidecar.proxy.body_limit import answer_before_body
+from sidecar.proxy.exchange import refusal
 
 
 class ReadinessGate:
@@ -23,9 +24,7 @@ class ReadinessGate:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if not self.ready:
-            starting = http.Response.make(
-                503,
-                problem_body(503, "starting", "Starting", "the sidecar is starting; retry shortly"),
-                {"Content-Type": PROBLEM_JSON, "Retry-After": "1", "X-Sidecar-Effect": "refused"},
+            answer = refusal(NotReady({"proxy": "the proxy is starting"}))
+            answer_before_body(
+                flow, http.Response.make(answer.status, answer.body, dict(answer.headers))
             )
-            answer_before_body(flow, starting)

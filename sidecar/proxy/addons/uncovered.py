@@ -46,7 +46,8 @@ from sidecar.proxy.redact import request_summary
 from sidecar.recording.bindings import Binding
 from sidecar.recording.recorder import Recorder
 from sidecar.rules import RuleSet
-from sidecar.rules.matcher import HttpRequestFacts, fingerprint
+from sidecar.rules.facts import HttpRequestFacts
+from sidecar.rules.matcher import fingerprint
 from sidecar.rules.shapes import as_template, request_shape
 
 log = logging.getLogger("sidecar.proxy")

@@ -20,7 +20,7 @@ from sidecar.proxy.guard import EffectGuard
 from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
-from sidecar.rules.matcher import HttpRequestFacts
+from sidecar.rules.facts import HttpRequestFacts
 from sidecar.store.memory import MemoryStore
 from tests.conftest import sequential_ids
 

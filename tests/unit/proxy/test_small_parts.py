@@ -108,11 +108,13 @@ def test_without_credentials_the_header_then_the_default_task_binds():
     assert (plain.metadata[METADATA].task, plain.metadata[METADATA].source) == ("7", "default")
 
 
-def test_the_gate_answers_503_until_opened():
+def test_the_gate_answers_503_not_ready_until_opened():
     gate = ReadinessGate()
     early = tflow.tflow()
     gate.requestheaders(early)
     assert early.response.status_code == 503
+    assert early.response.headers["Retry-After"] == "1"
+    assert json.loads(early.response.content)["code"] == "not_ready"
     gate.open()
     later = tflow.tflow()
     gate.requestheaders(later)

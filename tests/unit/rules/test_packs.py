@@ -50,7 +50,7 @@ def test_stripe_writes_are_keyed_by_request_not_by_the_clients_random_key():
     _, retry = match(rules, "POST", url, {"Idempotency-Key": "uuid-2"}, b"amount=100")
     assert one.rule.name == "stripe.write"
     assert one.rule.idempotency_header == "Idempotency-Key"
-    assert rules.effect_key(one, first) == rules.effect_key(one, retry)
+    assert one.key(first) == one.key(retry)
     assert match(rules, "GET", url)[0].rule.effect is EffectKind.READ
     assert match(rules, "DELETE", url + "/pi_1")[0].rule.effect is EffectKind.IDEMPOTENT
 
@@ -59,7 +59,7 @@ def test_the_spec_example_charge_is_keyed_by_the_order_header():
     rules = load_rules([PACKS / "idempotency-key.yaml"])
     url = "https://api.example-payments.com/v1/charges"
     found, facts = match(rules, "POST", url, {"X-Order-Id": "ord-312"}, b'{"amount": 1}')
-    assert rules.effect_key(found, facts) == "ord-312"
+    assert found.key(facts) == "ord-312"
 
 
 def test_llm_calls_are_cached_by_a_hash_of_the_request():
@@ -73,7 +73,7 @@ def test_llm_calls_are_cached_by_a_hash_of_the_request():
         assert found.rule.effect is EffectKind.CACHE
         assert found.rule.timeout_s == 300
         _, reordered = match(rules, "POST", url, body=b'{"messages": [], "model": "m"}')
-        assert rules.effect_key(found, facts) == rules.effect_key(found, reordered)
+        assert found.key(facts) == found.key(reordered)
 
 
 def test_generic_notifications_are_non_idempotent_and_block_when_unknown():
@@ -89,7 +89,7 @@ def test_generic_notifications_are_non_idempotent_and_block_when_unknown():
         assert found.rule.on_unknown == "block"
     event = b'{"event_action": "trigger", "dedup_key": "disk/312", "routing_key": "secret"}'
     found, facts = match(rules, "POST", "https://events.pagerduty.com/v2/enqueue", body=event)
-    assert rules.effect_key(found, facts) == "pagerduty:trigger:disk/312"
+    assert found.key(facts) == "pagerduty:trigger:disk/312"
     read, _ = match(rules, "GET", "https://api.twilio.com/2010-04-01/Accounts/AC1/Messages.json")
     assert read.rule.effect is EffectKind.READ
 
@@ -126,7 +126,7 @@ def test_webhook_urls_carry_secrets_that_the_packs_mark(url, rule, secret):
     assert found.rule.effect is EffectKind.NON_IDEMPOTENT
     assert found.rule.on_unknown == "block"
     assert found.secrets == (secret,)
-    assert "XXXX" not in rules.effect_key(found, facts)
+    assert "XXXX" not in found.key(facts)
 
 
 def test_telegram_reads_are_not_effects():

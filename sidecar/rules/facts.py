@@ -1,0 +1,83 @@
+"""One HTTP request as rules see it, normalised once for every producer (the proxy,
+probes, ``sidecar rules explain``, tests).
+
+Its own module so that templates render from it without knowing how rules are matched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+_NOT_PARSED: Any = object()
+
+
+@dataclass(frozen=True)
+class HttpRequestFacts:
+    """What the rules may look at in one HTTP request.
+
+    ``host`` is lower-case without port or IPv6 brackets; ``path`` is the path as sent
+    (percent-encoded) without the query; ``query`` holds the first (decoded) value of each
+    parameter; ``headers`` are keyed by lower-case name.
+    """
+
+    method: str
+    host: str
+    port: int | None
+    path: str
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+    _json: Any = field(default=_NOT_PARSED, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Normalised here so every producer (proxy, tests, probes) compares alike.
+        object.__setattr__(self, "method", self.method.upper())
+        object.__setattr__(self, "host", self.host.lower().strip("[]"))
+        object.__setattr__(self, "headers", {k.lower(): v for k, v in self.headers.items()})
+
+    @classmethod
+    def from_target(
+        cls,
+        method: str,
+        host: str,
+        port: int | None,
+        target: str,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+        body: bytes | None = None,
+    ) -> HttpRequestFacts:
+        """From a request target as on the request line: ``/path?query``."""
+        path, _, query = target.partition("?")
+        first: dict[str, str] = {}
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            first.setdefault(name, value)
+        pairs = headers.items() if isinstance(headers, Mapping) else headers
+        lowered: dict[str, str] = {}
+        for name, value in pairs:
+            lowered.setdefault(name.lower(), value)  # the first of repeated headers wins
+        return cls(method, host, port, path or "/", first, lowered, body)
+
+    @classmethod
+    def from_url(
+        cls,
+        method: str,
+        url: str,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+        body: bytes | None = None,
+    ) -> HttpRequestFacts:
+        parts = urlsplit(url)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        return cls.from_target(method, parts.hostname or "", parts.port, target, headers, body)
+
+    def json_body(self) -> Any:
+        """The body parsed as JSON, or None when there is none or it is not JSON."""
+        if self._json is _NOT_PARSED:
+            try:
+                parsed = json.loads(self.body) if self.body else None
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly deep
+                parsed = None
+            object.__setattr__(self, "_json", parsed)
+        return self._json
