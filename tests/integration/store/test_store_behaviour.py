@@ -1,13 +1,24 @@
-"""What every store backend promises, run against each of them (memory, SQLite)."""
+"""What every store backend promises, run against each of them (memory, SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
+from urllib.parse import parse_qs
 
+import psycopg
 import pytest
 
 from sidecar.domain.model import EffectState, RecordedResponse
-from sidecar.errors import EffectExists, LeaseHeld, NotFound, StaleGeneration, UnstorableValue
+from sidecar.errors import (
+    EffectExists,
+    LeaseHeld,
+    NotFound,
+    StaleGeneration,
+    StoreUnavailable,
+    UnstorableValue,
+)
 from sidecar.store.base import EffectFilter, TaskFilter
 from tests.conftest import StoreFactory
 
@@ -174,8 +185,46 @@ async def test_list_tasks_summarises_every_task(store):
     ]
 
 
-async def test_the_store_proves_itself_writable(store):
+async def test_the_store_proves_itself_writable(backend, store, store_url):
     await store.check_writable()
+    if backend == "memory":
+        pytest.skip("a memory store keeps nothing durable: no storage could refuse a write")
+    refuse_every_write(backend, store_url)
+    with pytest.raises(StoreUnavailable):
+        await store.check_writable()
+
+
+def refuse_every_write(backend: str, store_url: str) -> None:
+    """Make the store's database refuse every insert, update and delete from now on (a
+    trigger on each of its tables), as a disk gone read-only or revoked rights would."""
+    if backend == "sqlite":
+        with contextlib.closing(sqlite3.connect(store_url.removeprefix("sqlite:///"))) as db:
+            tables = db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            ).fetchall()
+            for (table,) in tables:
+                for verb in ("INSERT", "UPDATE", "DELETE"):
+                    db.execute(
+                        f'CREATE TRIGGER "refuse_{verb}_{table}" BEFORE {verb} ON "{table}"'
+                        " BEGIN SELECT RAISE(ABORT, 'this store is read-only'); END"
+                    )
+            db.commit()
+        return
+    server, _, query = store_url.partition("?")
+    schema = parse_qs(query)["schema"][0]
+    with psycopg.connect(server, autocommit=True) as db:
+        db.execute(
+            f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS'
+            " $$BEGIN RAISE EXCEPTION 'this store is read-only'; END$$"
+        )
+        tables = db.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+        for (table,) in tables:
+            db.execute(
+                f'CREATE TRIGGER refuse BEFORE INSERT OR UPDATE OR DELETE ON "{schema}"."{table}"'
+                f' FOR EACH STATEMENT EXECUTE FUNCTION "{schema}".refuse()'
+            )
 
 
 async def test_an_ended_attempt_remembers_until_when_its_lease_let_it_act(store, clock):

@@ -1,0 +1,341 @@
+"""Exactly-once SQL (``sidecar.pgwire.exactly_once``): a statement a rule records runs
+once per task - its record is written in the agent's database in the same transaction as
+the statement, and a later attempt that sends it again is answered from that record.
+
+In-process: the relay as ``sidecar serve`` assembles it (``serving.pg_relay``), a SQLite
+store in ``tmp_path``, a scratch database on the real PostgreSQL, and psycopg as the agent.
+Assertions are on the database (rows that exist, statements that ran) and the effect log."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from sidecar.clock import SystemClock
+from sidecar.config import Settings
+from sidecar.domain.model import EffectState
+from sidecar.metrics import Metrics
+from sidecar.pgwire import serving
+from sidecar.pgwire.exactly_once import PgEffects
+from sidecar.pgwire.mirror import Mirrors
+from sidecar.recording.bindings import Bindings
+from sidecar.rules import RuleSet, load_rules
+from sidecar.rules.sql import Statement
+from sidecar.store import Store, create_store
+from sidecar.testing.postgres import ScratchDatabase
+
+RULES = r"""
+rules:
+  - name: pg.keyed
+    match: {sql: {comment: true}}
+    effect: non_idempotent
+  - name: pg.ddl
+    match: {sql: {kind: [CREATE, ALTER, DROP]}}
+    effect: non_idempotent
+  - name: pg.ledger
+    match: {sql: {kind: [INSERT], regex: "\\bledger\\b"}}
+    effect: non_idempotent
+"""
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> RuleSet:
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES)
+    return load_rules([path])
+
+
+@pytest.fixture
+def database(postgres_server: str) -> Iterator[ScratchDatabase]:
+    scratch = ScratchDatabase.create(postgres_server, prefix="es_once")
+    yield scratch
+    scratch.drop()
+
+
+@dataclass
+class Relay:
+    """The relay in front of the scratch database, and the store its effect log is in."""
+
+    port: int
+    database: ScratchDatabase
+    store: Store
+    mirrors: Mirrors
+
+    async def connect(self, attempt_id: str | None, task: str = "312") -> psycopg.AsyncConnection:
+        options = (
+            "" if attempt_id is None else f"-c sidecar.task={task} -c sidecar.attempt={attempt_id}"
+        )
+        return await psycopg.AsyncConnection.connect(
+            f"postgresql://postgres@127.0.0.1:{self.port}/{self.database.name}",
+            options=options,
+            autocommit=True,
+        )
+
+    async def run(self, attempt_id: str | None, *statements: str) -> list[str]:
+        """Each statement on one connection of the attempt; their command tags."""
+        async with await self.connect(attempt_id) as connection:
+            tags = []
+            for sql in statements:
+                cursor = await connection.execute(sql)
+                tags.append(cursor.statusmessage)
+            return tags
+
+    async def effects(self) -> dict[str, EffectState]:
+        await self.mirrors.settle()
+        return {e.key: e.state for e in await self.store.effects("312")}
+
+    async def events(self, key: str) -> list[tuple[str, str]]:
+        await self.mirrors.settle()
+        return [
+            (e.event, e.attempt_id) for e in await self.store.effect_events("312") if e.key == key
+        ]
+
+
+@pytest.fixture
+async def relay(tmp_path, rules, database) -> AsyncIterator[Relay]:
+    store = create_store(f"sqlite:///{tmp_path}/effects.db")
+    await store.open()
+    bindings = Bindings(store, SystemClock())
+    store.observer = bindings
+    mirrors = Mirrors()
+    server = urlsplit(database.url)
+    settings = Settings(
+        data_dir=tmp_path,
+        pg_upstream=f"postgresql://{server.hostname}:{server.port or 5432}",
+        store_retry_s=0.1,
+    )
+    running = serving.pg_relay(settings, rules, bindings, store, Metrics(), mirrors)
+    _, port = await running.start("127.0.0.1", 0)
+    yield Relay(port, database, store, mirrors)
+    await running.stop()
+    await mirrors.settle()
+    await store.close()
+
+
+async def new_attempt(store: Store, worker: str = "worker-a") -> str:
+    """Claim task 312 for ``worker``, the previous holder's lease given up."""
+    view = await store.task_view("312")
+    if view is not None and view.state.lease is not None and view.state.lease.released_at is None:
+        lease = view.state.lease
+        await store.release("312", lease.attempt_id, lease.generation)
+    return (await store.claim("312", worker, 60)).attempt_id
+
+
+def records(database: ScratchDatabase) -> list[tuple[str, str, str]]:
+    """The records in the agent's database (none while the sidecar's table is not there)."""
+    if database.value("SELECT to_regclass('effect_sidecar.effects') IS NULL"):
+        return []
+    return [
+        (row[0], row[1], row[2])
+        for row in database.rows(
+            "SELECT key, attempt_id, command_tag FROM effect_sidecar.effects ORDER BY recorded_at"
+        )
+    ]
+
+
+# ---- a statement runs once per task --------------------------------------------------
+
+
+async def test_a_recorded_statement_sent_again_by_a_later_attempt_is_answered_from_its_record(
+    relay,
+):
+    first = await new_attempt(relay.store)
+    assert await relay.run(first, "CREATE TABLE customers (id int)") == ["CREATE TABLE"]
+    second = await new_attempt(relay.store, "worker-b")
+    # Run again it would fail ("relation already exists"); replayed it answers as it did.
+    assert await relay.run(second, "CREATE TABLE customers (id int)") == ["CREATE TABLE"]
+    ((key, recorded_by, tag),) = records(relay.database)
+    assert (recorded_by, tag) == (first, "CREATE TABLE")
+    assert (await relay.effects()) == {key: EffectState.COMPLETED}
+    events = await relay.events(key)
+    assert ("replayed", second) in events
+
+
+async def test_rows_a_statement_returned_are_replayed_not_made_again(relay):
+    relay.database.rows("CREATE TABLE ledger (id serial PRIMARY KEY, entry text)")
+    insert = "INSERT INTO ledger (entry) VALUES ('pay invoice 7') RETURNING id, entry"
+
+    async def inserted(attempt_id: str) -> list[tuple[int, str]]:
+        async with await relay.connect(attempt_id) as connection:
+            return await (await connection.execute(insert)).fetchall()
+
+    first = await inserted(await new_attempt(relay.store))
+    again = await inserted(await new_attempt(relay.store, "worker-b"))
+    assert first == again == [(1, "pay invoice 7")]
+    assert relay.database.rows("SELECT id, entry FROM ledger") == [(1, "pay invoice 7")]
+
+
+async def test_statements_no_rule_records_pass_through_every_time(relay):
+    relay.database.rows("CREATE TABLE notes (entry text)")
+    for worker in ("worker-a", "worker-b"):
+        attempt = await new_attempt(relay.store, worker)
+        assert await relay.run(attempt, "INSERT INTO notes VALUES ('hi')", "SELECT 1") == [
+            "INSERT 0 1",
+            "SELECT 1",
+        ]
+    assert relay.database.value("SELECT count(*) FROM notes") == 2
+    assert records(relay.database) == []
+
+
+async def test_the_same_statement_repeated_in_one_attempt_is_one_effect_per_repetition(relay):
+    relay.database.rows("CREATE TABLE ledger (entry text)")
+    entry = "INSERT INTO ledger VALUES ('tick')"
+    first = await new_attempt(relay.store)
+    await relay.run(first, entry, entry)
+    assert relay.database.value("SELECT count(*) FROM ledger") == 2
+    # A resumed attempt repeats the work from the top: the first two are replayed, the
+    # third is new.
+    second = await new_attempt(relay.store, "worker-b")
+    await relay.run(second, entry, entry, entry)
+    assert relay.database.value("SELECT count(*) FROM ledger") == 3
+    keys = [key for key, _, _ in records(relay.database)]
+    assert len(keys) == len(set(keys)) == 3
+    assert keys[1] == f"{keys[0]} #2"
+
+
+async def test_parameters_are_part_of_what_makes_an_effect_the_same(relay):
+    relay.database.rows("CREATE TABLE ledger (entry text)")
+    for worker in ("worker-a", "worker-b"):
+        attempt = await new_attempt(relay.store, worker)
+        async with await relay.connect(attempt) as connection:  # extended protocol
+            for entry in ("one", "two"):
+                await connection.execute("INSERT INTO ledger VALUES (%s)", (entry,))
+    assert sorted(relay.database.rows("SELECT entry FROM ledger")) == [("one",), ("two",)]
+    assert len(records(relay.database)) == 2
+
+
+async def test_a_keyed_comment_names_the_effect_whatever_the_statement(relay):
+    relay.database.rows("CREATE TABLE seeds (n int)")
+    first = await new_attempt(relay.store)
+    await relay.run(first, "/* sidecar:key=seed */ INSERT INTO seeds VALUES (1)")
+    second = await new_attempt(relay.store, "worker-b")
+    await relay.run(second, "/* sidecar:key=seed */ INSERT INTO seeds VALUES (2)")
+    assert relay.database.rows("SELECT n FROM seeds") == [(1,)]
+    assert [key for key, _, _ in records(relay.database)] == ["seed"]
+
+
+# ---- the record shares the statement's transaction ----------------------------------
+
+
+async def test_a_statement_rolled_back_by_the_agent_leaves_no_record_and_runs_again(relay):
+    relay.database.rows("CREATE TABLE ledger (entry text)")
+    attempt = await new_attempt(relay.store)
+    async with await relay.connect(attempt) as connection:
+        await connection.execute("BEGIN")
+        await connection.execute("INSERT INTO ledger VALUES ('draft')")
+        await connection.execute("ROLLBACK")
+    assert records(relay.database) == []
+    async with await relay.connect(attempt) as connection:
+        await connection.execute("BEGIN")
+        await connection.execute("INSERT INTO ledger VALUES ('draft')")
+        await connection.execute("COMMIT")
+    assert relay.database.rows("SELECT entry FROM ledger") == [("draft",)]
+    ((key, _, tag),) = records(relay.database)
+    assert tag == "INSERT 0 1"
+    assert (await relay.effects())[key] is EffectState.COMPLETED
+
+
+async def test_a_statement_that_fails_leaves_no_record_and_may_be_sent_again(relay):
+    attempt = await new_attempt(relay.store)
+    alter = "ALTER TABLE invoices ADD COLUMN paid boolean"
+    async with await relay.connect(attempt) as connection:
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            await connection.execute(alter)
+        await connection.execute("CREATE TABLE invoices (id int)")
+        await connection.execute(alter)
+    assert relay.database.rows(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'invoices'"
+        " ORDER BY ordinal_position"
+    ) == [("id",), ("paid",)]
+    assert [tag for _, _, tag in records(relay.database)] == ["CREATE TABLE", "ALTER TABLE"]
+
+
+async def test_several_statements_of_one_query_are_recorded_together(relay):
+    both = "CREATE TABLE a (x int); CREATE TABLE b (x int)"
+    first = await new_attempt(relay.store)
+    async with await relay.connect(first) as connection:
+        await connection.execute(both, prepare=False)
+    second = await new_attempt(relay.store, "worker-b")
+    async with await relay.connect(second) as connection:
+        await connection.execute(both, prepare=False)  # replayed whole: no "already exists"
+    assert len(records(relay.database)) == 2
+
+
+async def test_a_statement_that_cannot_run_in_a_transaction_still_runs_once(relay):
+    relay.database.rows("CREATE TABLE big (x int)")
+    index = "CREATE INDEX CONCURRENTLY big_x ON big (x)"
+    first = await new_attempt(relay.store)
+    assert await relay.run(first, index) == ["CREATE INDEX"]
+    second = await new_attempt(relay.store, "worker-b")
+    assert await relay.run(second, index) == ["CREATE INDEX"]
+    assert relay.database.value("SELECT count(*) FROM pg_indexes WHERE indexname = 'big_x'") == 1
+    assert records(relay.database) == [], "kept in the effect log only"
+    (state,) = (await relay.effects()).values()
+    assert state is EffectState.COMPLETED
+
+
+# ---- who may act ---------------------------------------------------------------------
+
+
+async def test_a_stale_attempts_statement_is_refused_and_never_runs(relay):
+    stale = await new_attempt(relay.store)
+    await new_attempt(relay.store, "worker-b")
+    async with await relay.connect(stale) as connection:
+        with pytest.raises(psycopg.Error) as refused:
+            await connection.execute("CREATE TABLE late (x int)")
+        assert refused.value.sqlstate == "ES409"
+    assert relay.database.value("SELECT to_regclass('late') IS NULL")
+    assert records(relay.database) == []
+
+
+async def test_a_connection_bound_to_no_task_may_read_but_not_record(relay):
+    async with await relay.connect(None) as connection:
+        assert await (await connection.execute("SELECT 41 + 1")).fetchone() == (42,)
+        with pytest.raises(psycopg.Error, match="no task is bound to this connection") as refused:
+            await connection.execute("CREATE TABLE orphan (x int)")
+        assert refused.value.sqlstate == "ES428"
+    assert relay.database.value("SELECT to_regclass('orphan') IS NULL")
+
+
+# ---- what every connection's engine shares -------------------------------------------
+
+
+def test_a_first_look_lets_only_statements_no_rule_can_record_pass_unparsed(rules):
+    shared = PgEffects(rules, None, None, Metrics())
+    assert not shared.might_guard(b"SELECT * FROM ledger")
+    assert not shared.might_guard(b"  update ledger set x = 1;")
+    assert shared.might_guard(b"create table t (x int)")
+    assert shared.might_guard(b"insert into notes values (1)"), "a kind a rule names: look closer"
+    assert shared.might_guard(b"/* hello */ select 1"), "a leading comment: look closer"
+    assert shared.might_guard(b"select 1; drop table t"), "several statements: look closer"
+    assert not shared.guards("insert into notes values (1)"), "... and the closer look says no"
+    assert shared.guards("select 1; drop table t")
+
+
+def test_a_text_is_classified_once_and_only_recording_rules_count(rules):
+    shared = PgEffects(rules, None, None, Metrics())
+    text = "INSERT INTO ledger VALUES (1); SELECT 1"
+    classified = shared.classify(text)
+    assert shared.classify(text) is classified
+    assert [(s.kind, m.rule.name if m else None) for s, m in classified] == [
+        ("INSERT", "pg.ledger"),
+        ("SELECT", None),
+    ]
+    assert shared.match(Statement.of("DROP TABLE t")).rule.name == "pg.ddl"
+
+
+def test_a_rule_with_no_statement_kind_makes_every_statement_worth_a_closer_look(tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "rules:\n  - name: any.audit\n    match: {sql: {regex: audit}}\n"
+        "    effect: non_idempotent\n"
+    )
+    shared = PgEffects(load_rules([path]), None, None, Metrics())
+    assert shared.might_guard(b"SELECT 1")
+    assert shared.guards("UPDATE audit SET seen = true")
+    assert not shared.guards("SELECT 1")
