@@ -13,7 +13,7 @@ import pytest
 
 from sidecar.clock import ManualClock
 from sidecar.store import Store, create_store
-from sidecar.testing.postgres import server_url, unreachable
+from tests.support.postgres import server_url, unreachable
 
 # The CLI fits its tables to COLUMNS; something in a test run may set it (80) for the
 # processes the tests start.  Tables are checked whole unless a test sets a width itself.

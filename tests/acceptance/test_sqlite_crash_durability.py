@@ -1,6 +1,6 @@
 """A real process writing checkpoints is SIGKILLed again and again: nothing acknowledged is lost.
 
-Each round starts ``sidecar.testing.checkpoint_writer`` (16 concurrent writers, so kills
+Each round starts ``tests.support.checkpoint_writer`` (16 concurrent writers, so kills
 land inside group-committed batches), kills it with SIGKILL after a random delay, then
 opens the database cold: it must pass ``PRAGMA integrity_check`` and hold every
 checkpoint whose acknowledgement the writer printed before it died.
@@ -39,7 +39,7 @@ def test_every_acknowledged_checkpoint_survives_sigkill(tmp_path):
     acknowledged: set[tuple[int, str]] = set()
     for round_no in range(ROUNDS):
         child = Child.python(
-            "sidecar.testing.checkpoint_writer",
+            "tests.support.checkpoint_writer",
             "--store",
             f"sqlite:///{path}",
             "--task",

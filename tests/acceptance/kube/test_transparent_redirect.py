@@ -58,11 +58,11 @@ import requests
 
 from sidecar.kube.redirect import CHAIN, REDIRECT_CHAIN
 from sidecar.rulepacks import packs_dir
-from sidecar.testing import certs
 from sidecar.testing.github import REPO, SOURCE
-from sidecar.testing.netns import PodNetwork, sidecar_argv, unavailable
 from sidecar.testing.pgcluster import SUPERUSER, PgCluster, PgUnavailable
 from sidecar.testing.processes import Child
+from tests.support import certs
+from tests.support.netns import PodNetwork, sidecar_argv, unavailable
 
 pytestmark = pytest.mark.acceptance
 

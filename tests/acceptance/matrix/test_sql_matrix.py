@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.testing.postgres import ScratchDatabase
 from tests.acceptance.matrix.conftest import AGENTS, HERE, cells, matrix
+from tests.support.postgres import ScratchDatabase
 
 pytestmark = pytest.mark.acceptance
 

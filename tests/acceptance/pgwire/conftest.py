@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.testing.postgres import PostgresWorld
+from tests.support.postgres import PostgresWorld
 
 HERE = Path(__file__).parent
 AGENTS = HERE / "agents"

@@ -22,8 +22,8 @@ import pytest
 from psycopg import errors
 
 from sidecar.rulepacks import packs_dir
-from sidecar.testing.postgres import Attempt, PostgresWorld
 from tests.acceptance.pgwire.conftest import HERE
+from tests.support.postgres import Attempt, PostgresWorld
 
 pytestmark = pytest.mark.acceptance
 

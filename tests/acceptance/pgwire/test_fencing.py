@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from sidecar.testing.postgres import Attempt, PostgresWorld
 from tests.acceptance.pgwire.conftest import events
+from tests.support.postgres import Attempt, PostgresWorld
 
 pytestmark = pytest.mark.acceptance
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.testing.postgres import PostgresWorld
 from tests.acceptance.pgwire.conftest import events
+from tests.support.postgres import PostgresWorld
 
 pytestmark = pytest.mark.acceptance
 

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from sidecar.testing.postgres import PostgresWorld
 from tests.acceptance.pgwire.conftest import AGENTS, events
+from tests.support.postgres import PostgresWorld
 
 pytestmark = pytest.mark.acceptance
 

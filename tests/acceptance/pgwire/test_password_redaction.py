@@ -21,8 +21,8 @@ import psycopg
 import pytest
 
 from sidecar.rulepacks import packs_dir
-from sidecar.testing.postgres import Attempt, PostgresWorld
 from tests.acceptance.pgwire.conftest import MakeWorld
+from tests.support.postgres import Attempt, PostgresWorld
 
 pytestmark = pytest.mark.acceptance
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.testing.postgres import PostgresWorld
+from tests.support.postgres import PostgresWorld
 
 pytestmark = pytest.mark.acceptance
 

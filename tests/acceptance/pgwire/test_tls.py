@@ -27,9 +27,9 @@ import pytest
 
 from sidecar.rulepacks import packs_dir
 from sidecar.testing.pgcluster import PgCluster, PgUnavailable
-from sidecar.testing.postgres import PostgresWorld, ScratchDatabase
 from tests.acceptance.pgwire.conftest import HERE, events
 from tests.acceptance.pgwire.test_migration_script import MIGRATION, SCHEMA
+from tests.support.postgres import PostgresWorld, ScratchDatabase
 
 pytestmark = pytest.mark.acceptance
 

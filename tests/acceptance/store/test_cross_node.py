@@ -21,7 +21,9 @@ import pytest
 import requests
 
 from sidecar.testing.github import TASK
-from sidecar.testing.nodes import (
+from sidecar.testing.processes import Child
+from tests.acceptance.proxy.conftest import RULES
+from tests.support.nodes import (
     GitHubNodes,
     Node,
     SharedStore,
@@ -29,8 +31,6 @@ from sidecar.testing.nodes import (
     thaw,
     wait_frozen,
 )
-from sidecar.testing.processes import Child
-from tests.acceptance.proxy.conftest import RULES
 
 pytestmark = pytest.mark.acceptance
 

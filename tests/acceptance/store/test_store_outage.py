@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.testing.outages import (
+from sidecar.testing.pgcluster import PgCluster, PgUnavailable
+from sidecar.testing.stack import Stack
+from tests.support.outages import (
     HELD,
     HOSTS,
     PG_DURABLE,
@@ -43,8 +45,6 @@ from sidecar.testing.outages import (
     wait_until,
     write_rules,
 )
-from sidecar.testing.pgcluster import PgCluster, PgUnavailable
-from sidecar.testing.stack import Stack
 
 pytestmark = pytest.mark.acceptance
 

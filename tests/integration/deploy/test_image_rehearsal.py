@@ -329,7 +329,7 @@ class Image:
             prerequisite("setpriv (util-linux) is not installed: cannot run as the image's uid")
         prefix = [setpriv, f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
         # An interpreter under a private home (/root/.pyenv) is reachable for the uid
-        # only with CAP_DAC_READ_SEARCH (as in sidecar/testing/netns.py); the image's is
+        # only with CAP_DAC_READ_SEARCH (as in tests/support/netns.py); the image's is
         # public and needs nothing.
         here = self.interpreter.path.resolve().parent
         if any(not os.stat(d).st_mode & 0o001 for d in (here, *here.parents)):

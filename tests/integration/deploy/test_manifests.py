@@ -28,7 +28,7 @@ from kubernetes_validate.utils import latest_version
 from sidecar.cli import build_parser
 from sidecar.cli import webhook as webhook_cli
 from sidecar.kube.config import load_config
-from sidecar.testing import kubeapi
+from tests.support import kubeapi
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"

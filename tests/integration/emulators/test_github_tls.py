@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from sidecar.testing import certs
 from tests.integration.emulators import TOKEN, Emulator, git, git_env, running_github
+from tests.support import certs
 
 
 @pytest.fixture(scope="module")

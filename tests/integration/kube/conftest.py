@@ -1,4 +1,4 @@
-"""A Kubernetes API emulator over TLS (sidecar.testing.kubeapi) with the webhook's service
+"""A Kubernetes API emulator over TLS (tests.support.kubeapi) with the webhook's service
 account: its token file, the emulator's CA file, and the base MutatingWebhookConfiguration
 of deploy/webhook as the cluster holds it."""
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sidecar.kube.apiclient import Credentials
-from sidecar.testing.kubeapi import KubeApi, KubeApiServer, service_account
+from tests.support.kubeapi import KubeApi, KubeApiServer, service_account
 
 REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "effect-sidecar-system"

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from sidecar.kube.apiclient import Credentials, KubeApiError, KubeClient
-from sidecar.testing import certs
-from sidecar.testing.kubeapi import SECRETS, Grant, Rule
 from tests.integration.kube.conftest import ACCOUNT, NAMESPACE, TOKEN, Cluster
+from tests.support import certs
+from tests.support.kubeapi import SECRETS, Grant, Rule
 
 SECRET = "effect-sidecar-webhook-selfsigned"
 SECRETS_PATH = f"/api/v1/namespaces/{NAMESPACE}/secrets"

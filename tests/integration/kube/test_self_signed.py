@@ -27,8 +27,6 @@ import yaml
 from cryptography import x509
 
 from sidecar.kube import certgen
-from sidecar.testing import certs
-from sidecar.testing.kubeapi import SECRETS, WEBHOOKS, grants_from_manifests
 from sidecar.testing.processes import Child
 from tests.integration.kube.conftest import (
     ACCOUNT,
@@ -38,6 +36,8 @@ from tests.integration.kube.conftest import (
     Cluster,
     base_configuration,
 )
+from tests.support import certs
+from tests.support.kubeapi import SECRETS, WEBHOOKS, grants_from_manifests
 from tests.unit.kube.manifests import AGENT_POD, load
 from tests.unit.kube.test_webhook import admission
 

@@ -17,8 +17,8 @@ from sidecar.errors import ConfigError
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.inject import JOB_END_WARNING
 from sidecar.kube.webhook import start
-from sidecar.testing import certs
 from sidecar.testing.served import stop_runner
+from tests.support import certs
 from tests.unit.kube.manifests import (
     AGENT_POD,
     FALLBACK_VERSIONS,

@@ -18,8 +18,8 @@ from cryptography import x509
 from sidecar.errors import ConfigError
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.webhook import RELOADER, CertReloader, stamp, start
-from sidecar.testing import certs
 from sidecar.testing.served import stop_runner
+from tests.support import certs
 
 RELOAD_S = 0.05
 PATIENCE_S = 10.0

@@ -14,7 +14,7 @@ from yarl import URL
 
 from sidecar.proxy.routes import Routes
 from sidecar.proxy.upstream import Upstream, UpstreamError
-from sidecar.testing import certs
+from tests.support import certs
 
 
 @pytest.fixture

@@ -35,8 +35,8 @@ from hypothesis.stateful import (
 from sidecar.clock import ManualClock
 from sidecar.errors import LeaseHeld, StaleGeneration
 from sidecar.store import Store, create_store
-from sidecar.testing.postgres import server_url
 from tests.conftest import drop_schema, scratch_schema, sequential_ids
+from tests.support.postgres import server_url
 
 TASKS = ("t1", "t2")
 WORKERS = ("a", "b", "c")

@@ -11,8 +11,8 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from sidecar.isolation import jks, resolv
 from sidecar.isolation.rules import REFUSED_PORT, namespace_rules
 from sidecar.leasekeeper import Held
-from sidecar.testing import certs
 from sidecar.worker import agent_environment
+from tests.support import certs
 
 
 def test_rules_redirect_http_and_pg_keep_mirrors_and_refuse_the_rest() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sidecar.kube import certfiles
 from sidecar.kube.webhook import CertReloader, stamp
-from sidecar.testing import certs
+from tests.support import certs
 
 
 def pair() -> tuple[bytes, bytes]:

@@ -14,7 +14,7 @@ from cryptography.x509.verification import DNSName, PolicyBuilder, Store
 
 from sidecar.kube import certgen
 from sidecar.kube.certgen import Bundle, make, problem
-from sidecar.testing import certs
+from tests.support import certs
 
 NAMES = certgen.dns_names("effect-sidecar-webhook", "effect-sidecar-system")
 NOW = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)

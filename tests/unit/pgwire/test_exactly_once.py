@@ -27,7 +27,7 @@ from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
 from sidecar.rules.sql import Statement
 from sidecar.store import Store, create_store
-from sidecar.testing.postgres import ScratchDatabase
+from tests.support.postgres import ScratchDatabase
 
 RULES = r"""
 rules:

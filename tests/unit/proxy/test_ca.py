@@ -16,7 +16,7 @@ from mitmproxy import certs
 from sidecar import config, server
 from sidecar.errors import ConfigError
 from sidecar.proxy.ca import CONF_BASENAME, ensure_authority, install_authority
-from sidecar.testing.certs import make_ca, write_ca
+from tests.support.certs import make_ca, write_ca
 
 
 def pem(cert: x509.Certificate) -> bytes:

@@ -1,6 +1,6 @@
 """A worker that claims a task and writes checkpoints as fast as it can, until killed.
 
-    python -m sidecar.testing.checkpoint_writer --store URL --task T --worker W
+    python -m tests.support.checkpoint_writer --store URL --task T --worker W
 
 Prints ``ready <attempt_id> <generation>`` once it holds the lease, then
 ``ack <seq> <stage>`` after each checkpoint the store acknowledged (i.e. committed

@@ -27,7 +27,7 @@ What it holds to, as the API server does:
   ``type``.
 
 :class:`KubeApiServer` serves it over TLS on 127.0.0.1 from a thread of its own (with a
-test CA from :mod:`sidecar.testing.certs`), so a test may block on child processes
+test CA from :mod:`tests.support.certs`), so a test may block on child processes
 meanwhile. What a test does to it - seed or read objects, accept or refuse a token, hold
 requests at a barrier so that replicas race, read the request log - is thread-safe.
 """
@@ -51,8 +51,8 @@ import jsonpatch
 import jsonpointer
 from aiohttp import web
 
-from sidecar.testing import certs
 from sidecar.testing.served import ThreadedApp
+from tests.support import certs
 
 SECRETS = "secrets"
 WEBHOOKS = "mutatingwebhookconfigurations"

@@ -37,8 +37,8 @@ from sidecar.domain.model import FenceRefusal
 from sidecar.rulepacks import packs_dir
 from sidecar.store import create_store
 from sidecar.testing.github import REPO, TASK, call, outside_world, start_emulator
-from sidecar.testing.postgres import server_url
 from sidecar.testing.processes import Child, ProcessFailed
+from tests.support.postgres import server_url
 
 type Answer = tuple[int, Any]
 

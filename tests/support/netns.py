@@ -61,9 +61,7 @@ def _run(
     argv: Sequence[str], env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     # Fixed tools (ip, iptables, this interpreter) with arguments the callers build.
-    return subprocess.run(  # noqa: S603
-        list(argv), capture_output=True, text=True, check=False, env=env
-    )
+    return subprocess.run(list(argv), capture_output=True, text=True, check=False, env=env)
 
 
 def _must(argv: Sequence[str]) -> str:

@@ -55,7 +55,7 @@ THINGS = "/repos/acme/app/things"
 HELD = "/held/things"
 
 RULES = """\
-# sidecar.testing.outages: the counting upstream's things API, as the outage tests see it.
+# tests.support.outages: the counting upstream's things API, as the outage tests see it.
 version: 1
 rules:
   - name: outage.things.create
@@ -400,7 +400,7 @@ class Volume:
     def unmount(self) -> None:
         """Unmount (lazily if something still holds a file there) and delete the image."""
         for argv in (["umount", str(self.path)], ["umount", "-l", str(self.path)]):
-            done = subprocess.run(argv, capture_output=True, check=False, timeout=60)  # noqa: S603
+            done = subprocess.run(argv, capture_output=True, check=False, timeout=60)
             if done.returncode == 0:
                 break
         if self.image is not None:
@@ -410,7 +410,7 @@ class Volume:
 def _run(argv: list[str], what: str) -> None:
     if shutil.which(argv[0]) is None:
         raise CannotMount(f"{what}: no {argv[0]} on this machine")
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)  # noqa: S603
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
     if done.returncode != 0:
         raise CannotMount(f"{what} refused here: {(done.stderr or done.stdout).strip()}")
 
