@@ -29,7 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from mitmproxy import exceptions, options
-from mitmproxy.addons import default_addons
+from mitmproxy.addons import (
+    block,
+    core,
+    disable_h2c,
+    next_layer,
+    proxyserver,
+    strip_dns_https_records,
+    tlsconfig,
+    upstream_auth,
+)
 from mitmproxy.master import Master
 
 from sidecar.aio import spawn
@@ -94,7 +103,7 @@ class EmbeddedProxy:
         opts = options.Options()
         body_limit.install()
         self._master = Master(opts)
-        self._master.addons.add(*default_addons())
+        self._master.addons.add(*mitmproxy_addons())
         self._master.addons.add(*self._addons)
         try:
             opts.update(**self._settings)
@@ -126,6 +135,24 @@ class EmbeddedProxy:
                 await self._task
         self._master = None
         self._task = None
+
+
+def mitmproxy_addons() -> list[Any]:
+    """The part of mitmproxy's default addons a sidecar needs: options and commands, the
+    proxy server and its layers, TLS, blocking non-local clients, h2c refused, upstream
+    proxy credentials.  Interactive and rewriting features (onboarding app, playback,
+    map/modify, sticky cookies, saving flows, anticache...) are left out: each one is a
+    hook mitmproxy would call on every flow, and nothing of the sidecar uses them."""
+    return [
+        core.Core(),
+        block.Block(),
+        strip_dns_https_records.StripDnsHttpsRecords(),
+        disable_h2c.DisableH2C(),
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        upstream_auth.UpstreamAuth(),
+    ]
 
 
 def _check_bindable(host: str, port: int) -> None:
