@@ -204,29 +204,37 @@ def test_psql_psycopg_and_asyncpg_through_the_relay_when_isolated(tmp_path: Path
 
 UNPRIVILEGED = r"""
 set -e
-# The interpreter may live under a home only root can enter (/root is 0700 where pyenv
-# put it): in this command's own mount namespace, that folder is replaced by an open
-# one holding the same tree, so user nobody runs the Python a user would run.
-if [ -n "$HIDDEN" ]; then
+# The interpreter, the virtualenv or the checkout may live under a folder only root can
+# enter (/root is 0700 where pyenv puts Python; a CI clone may be in a 0700 temporary
+# folder): in this command's own mount namespace each such folder is replaced by an open
+# one holding the same tree, so user nobody runs what a user would run.
+IFS=:
+for hidden in $HIDDEN; do
   open=$(mktemp -d) && chmod 755 "$open"
-  for entry in "$HIDDEN"/* "$HIDDEN"/.[!.]*; do
+  for entry in "$hidden"/* "$hidden"/.[!.]*; do
     [ -e "$entry" ] || continue
     name=${entry##*/}
     if [ -d "$entry" ]; then mkdir "$open/$name"; else touch "$open/$name"; fi
     mount --rbind "$entry" "$open/$name"
   done
-  mount --rbind "$open" "$HIDDEN"
-fi
+  mount --rbind "$open" "$hidden"
+done
+unset IFS
 exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"
 """
 
 
-def hidden_ancestor(path: Path) -> str:
-    """The outermost folder above ``path`` that others may not enter, or ""."""
-    for folder in reversed(path.parents):
-        if not folder.stat().st_mode & 0o001:
-            return str(folder)
-    return ""
+def hidden_folders(*paths: Path) -> str:
+    """The outermost folder above each of ``paths`` that others may not enter, joined
+    with ":" ("" if there is none)."""
+    found: list[str] = []
+    for path in paths:
+        for folder in reversed(path.parents):
+            if not folder.stat().st_mode & 0o001:
+                if str(folder) not in found:
+                    found.append(str(folder))
+                break
+    return ":".join(found)
 
 
 def test_an_unprivileged_user_is_isolated_in_a_user_namespace_of_its_own() -> None:
@@ -245,7 +253,9 @@ def test_an_unprivileged_user_is_isolated_in_a_user_namespace_of_its_own() -> No
         stack.data_dir.chmod(0o711)
         (stack.data_dir / "ca-bundle.pem").chmod(0o644)
         upstream_port = stack.upstream_url.rsplit(":", 1)[1]
-        hidden = hidden_ancestor(Path(sys.executable).resolve())
+        hidden = hidden_folders(
+            Path(sys.executable).resolve(), Path(sys.prefix) / "bin", REPO / "sidecar"
+        )
         runs = []
         for _ in (1, 2):
             done = subprocess.run(
