@@ -1,51 +1,70 @@
 """Benchmark: durable checkpoint writes and claims, from raw SQLite up to the HTTP API.
 
-    ./run bench control_api [--seconds 3]
+    ./run bench control_api [--seconds 2] [--rounds 3] [--http-only] [--json PATH]
 
 One run, one table, side by side:
 
 * ``sqlite3 group-commit loop``: plain sqlite3 in WAL + synchronous=FULL, concurrent
-  asyncio writers batched into one COMMIT - the reference the store is held to;
+  asyncio writers batched into one COMMIT, in this process - the floor for the store;
 * ``store``: SQLiteStore.append_checkpoint, 1 and 32 concurrent callers, with
   synchronous=FULL (the default: durable against power loss) and NORMAL (durable only
   against process death) to show what the fsync costs;
-* ``HTTP API``: a real ``sidecar serve`` process driven over loopback by aiohttp
-  clients: POST /checkpoints and POST /claim, sequential and 32 concurrent.
+* ``aiohttp + sqlite3 group-commit server``: ``bench/group_commit_server.py``, a real
+  HTTP server process with the same route and the same loop as the first row - the
+  reference the HTTP API is held to;
+* ``HTTP API``: a real ``sidecar serve`` process: POST /checkpoints and POST /claim.
+
+Both servers are driven over loopback by aiohttp clients in this process, sequential and
+32 concurrent.  Every row first runs once for ``--warm-up`` seconds, then once per round
+for ``--seconds``; rounds interleave the rows, in reverse order every other round, and the
+table shows the median over rounds and the spread (min-max) of writes/s; the check
+compares the two servers by the median of their per-round ratios.
+``--http-only`` runs only the two servers' checkpoint rows (what ``./run bench all``
+checks); ``--json PATH`` writes the checks against the targets.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 
 import aiohttp
+from _common import Output, Sample, paired, percentile
 
 from sidecar.store.sqlite import SQLiteStore
 from sidecar.testing.processes import Child
 
-ROWS: list[tuple[str, str, str, float, float]] = []
+HERE = Path(__file__).parent
+CLIENTS = (1, 32)
+LOOP = "sqlite3 group-commit loop, in process"
+REFERENCE = "aiohttp + sqlite3 group-commit server (reference)"
+API = "HTTP API POST /checkpoints"
+CLAIM = "HTTP API POST /claim (new task each)"
+
+Op = Callable[[int], Awaitable[object]]
 
 
-def report(name: str, clients: int, latencies: list[float], seconds: float) -> None:
-    ordered = sorted(latencies)
-    p50 = statistics.median(ordered) * 1000
-    p99 = ordered[int(len(ordered) * 0.99) - 1] * 1000 if ordered else float("nan")
-    ROWS.append((name, str(clients), f"{len(ordered) / seconds:,.0f}", p50, p99))
-    print(f"  {name:<44} c={clients:<3} {len(ordered) / seconds:>9,.0f}/s", file=sys.stderr)
+@dataclass
+class Row:
+    rate: Sample = field(default_factory=Sample)
+    p50: Sample = field(default_factory=Sample)
+    p99: Sample = field(default_factory=Sample)
 
 
-async def drive(
-    name: str, clients: int, seconds: float, op: Callable[[int], Awaitable[object]]
-) -> None:
+RESULTS: dict[tuple[str, int], Row] = {}
+
+
+async def drive(clients: int, seconds: float, op: Op) -> tuple[float, float, float]:
     latencies: list[float] = []
     numbers = count()
     deadline = time.perf_counter() + seconds
@@ -58,7 +77,12 @@ async def drive(
 
     began = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
-    report(name, clients, latencies, time.perf_counter() - began)
+    elapsed = time.perf_counter() - began
+    return (
+        len(latencies) / elapsed,
+        statistics.median(latencies) * 1e3,
+        percentile(latencies, 0.99) * 1e3,
+    )
 
 
 def _reference_db(path: Path) -> sqlite3.Connection:
@@ -69,14 +93,15 @@ def _reference_db(path: Path) -> sqlite3.Connection:
     return db
 
 
-async def sqlite_loop(path: Path, clients: int, seconds: float) -> None:
-    """The reference: plain sqlite3, no domain logic, no aiosqlite.
+async def sqlite_loop(path: Path, stack: AsyncExitStack) -> Op:
+    """Plain sqlite3, no domain logic, no aiosqlite, no HTTP.
 
-    ``clients`` asyncio writers each submit a row and wait for it to be durable; one
-    committer takes every row waiting, INSERTs them and COMMITs once in a worker thread
-    (group commit).  With one client this is a transaction per row.
+    Asyncio writers each submit a row and wait for it to be durable; one committer takes
+    every row waiting, INSERTs them and COMMITs once in a worker thread (group commit).
+    With one client this is a transaction per row.
     """
     db = _reference_db(path)
+    stack.callback(db.close)
     queue: asyncio.Queue[tuple[tuple[str, str], asyncio.Future[None]]] = asyncio.Queue()
 
     def commit(rows: list[tuple[str, str]]) -> None:
@@ -93,90 +118,147 @@ async def sqlite_loop(path: Path, clients: int, seconds: float) -> None:
             for _, done in jobs:
                 done.set_result(None)
 
+    task = asyncio.create_task(committer())
+    stack.callback(task.cancel)
+
     async def write(n: int) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.put_nowait((("S", f'{{"n": {n}}}'), done))
         await done
 
-    task = asyncio.create_task(committer())
-    await drive("sqlite3 group-commit loop (reference)", clients, seconds, write)
-    task.cancel()
-    db.close()
+    return write
 
 
-async def store_layer(path: Path, synchronous: str, clients: int, seconds: float) -> None:
+async def store_layer(path: Path, synchronous: str, stack: AsyncExitStack) -> Op:
     store = SQLiteStore(f"sqlite:///{path}", synchronous=synchronous)
     await store.open()
-    claim = await store.claim(f"bench-{synchronous}-{clients}", "bench", 3600)
+    stack.push_async_callback(store.close)
+    claim = await store.claim(f"bench-{synchronous}", "bench", 3600)
 
     async def write(n: int) -> object:
         return await store.append_checkpoint(
             claim.task, claim.attempt_id, claim.generation, "S", {"n": n}
         )
 
-    await drive(f"store checkpoint, synchronous={synchronous}", clients, seconds, write)
-    await store.close()
+    return write
 
 
-async def http_api(data_dir: Path, seconds: float) -> None:
-    with Child.python(
-        "sidecar",
-        "serve",
-        "--data-dir",
-        str(data_dir),
-        "--control-listen",
-        "127.0.0.1:0",
-        "--log-level",
-        "warning",
-    ) as server:
+async def measure(args: argparse.Namespace, root: Path) -> None:
+    cases: list[tuple[str, int, Op]] = []
+    async with AsyncExitStack() as stack:
+        if not args.http_only:
+            loop = await sqlite_loop(root / "loop.db", stack)
+            cases += [(LOOP, c, loop) for c in CLIENTS]
+            for synchronous in ("FULL", "NORMAL"):
+                write = await store_layer(root / f"store-{synchronous}.db", synchronous, stack)
+                cases += [
+                    (f"store checkpoint, synchronous={synchronous}", c, write) for c in CLIENTS
+                ]
+        server = stack.enter_context(
+            Child.python(
+                "sidecar", "serve", "--data-dir", str(root / "serve"),
+                "--control-listen", "127.0.0.1:0", "--log-level", "warning",
+                stderr_path=root / "sidecar.log",
+            )
+        )  # fmt: skip
+        reference = stack.enter_context(
+            Child(
+                [sys.executable, str(HERE / "group_commit_server.py"), str(root / "ref.db")],
+                stderr_path=root / "reference.log",
+            )
+        )
         url = server.wait_for(r"control=(\S+)").group(1)
+        ref_url = reference.wait_for(r"reference ready (\S+)").group(1)
         connector = aiohttp.TCPConnector(limit=64)
-        async with aiohttp.ClientSession(url, connector=connector) as http:
-            async with http.post("/v1/tasks/bench/claim", json={"worker": "b", "ttl_s": 3600}) as r:
-                claim = await r.json()
-            body = {"attempt_id": claim["attempt_id"], "generation": claim["generation"]}
+        http = await stack.enter_async_context(aiohttp.ClientSession(connector=connector))
+        async with http.post(
+            f"{url}/v1/tasks/bench/claim", json={"worker": "b", "ttl_s": 3600}
+        ) as r:
+            claim = await r.json()
+        body = {"attempt_id": claim["attempt_id"], "generation": claim["generation"]}
 
-            async def checkpoint(n: int) -> object:
+        def checkpoint(base: str) -> Op:
+            async def post(n: int) -> object:
                 payload = body | {"stage": "S", "outputs": {"n": n}}
-                async with http.post("/v1/tasks/bench/checkpoints", json=payload) as r:
+                async with http.post(f"{base}/v1/tasks/bench/checkpoints", json=payload) as r:
                     assert r.status == 201, await r.text()
-                    return None
+                    return await r.read()
 
-            async def claim_new(n: int) -> object:
-                task = f"claim-{re.sub('[^0-9]', '', str(time.perf_counter_ns()))}-{n}"
-                async with http.post(
-                    f"/v1/tasks/{task}/claim", json={"worker": "b", "ttl_s": 60}
-                ) as r:
-                    assert r.status == 200, await r.text()
-                    return None
+            return post
 
-            for clients in (1, 32):
-                await drive("HTTP API POST /checkpoints", clients, seconds, checkpoint)
-            for clients in (1, 32):
-                await drive("HTTP API POST /claim (new task each)", clients, seconds, claim_new)
-        server.terminate()
+        async def claim_new(n: int) -> object:
+            task = f"claim-{time.perf_counter_ns()}-{n}"
+            async with http.post(
+                f"{url}/v1/tasks/{task}/claim", json={"worker": "b", "ttl_s": 60}
+            ) as r:
+                assert r.status == 200, await r.text()
+                return await r.read()
 
+        for c in CLIENTS:  # each server next to the other, in every round
+            cases += [(REFERENCE, c, checkpoint(ref_url)), (API, c, checkpoint(url))]
+        if not args.http_only:
+            cases += [(CLAIM, c, claim_new) for c in CLIENTS]
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=3.0)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-control-") as tmp:
-        root = Path(tmp)
-        for clients in (1, 32):
-            await sqlite_loop(root / f"loop{clients}.db", clients, args.seconds)
-        for synchronous in ("FULL", "NORMAL"):
-            for clients in (1, 32):
-                await store_layer(
-                    root / f"store-{synchronous}.db", synchronous, clients, args.seconds
+        for _name, clients, op in cases:
+            await drive(clients, args.warm_up, op)
+        for round_ in range(args.rounds):
+            for name, clients, op in cases if round_ % 2 == 0 else cases[::-1]:
+                rate, p50, p99 = await drive(clients, args.seconds, op)
+                row = RESULTS.setdefault((name, clients), Row())
+                row.rate.add(rate)
+                row.p50.add(p50)
+                row.p99.add(p99)
+                print(
+                    f"  round {round_ + 1}  {name:<52} c={clients:<3} {rate:>9,.0f}/s",
+                    file=sys.stderr,
                 )
-        await http_api(root / "serve", args.seconds)
 
-    print("\n| path | clients | writes/s | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|---:|")
-    for name, clients, rate, p50, p99 in ROWS:
-        print(f"| {name} | {clients} | {rate} | {p50:.2f} | {p99:.2f} |")
+
+def report(out: Output) -> None:
+    print("\n| path | clients | writes/s (median) | spread | p50 ms | p99 ms |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for (name, clients), row in RESULTS.items():
+        print(
+            f"| {name} | {clients} | {row.rate.median:,.0f} | {row.rate.spread()} "
+            f"| {row.p50.median:.2f} | {row.p99.median:.2f} |"
+        )
+    out.figures["rows"] = {
+        f"{name} c={clients}": {
+            "per_s": row.rate.values,
+            "p50_ms": row.p50.values,
+            "p99_ms": row.p99.values,
+        }
+        for (name, clients), row in RESULTS.items()
+    }
+    api, ref = RESULTS[(API, 32)].rate, RESULTS[(REFERENCE, 32)].rate
+    x = paired(api.values, ref.values)
+    out.check(
+        "control API checkpoints, SQLite, 32 clients vs aiohttp+sqlite3 group-commit server",
+        f"{api.median:,.0f} / {ref.median:,.0f} /s, {x.median:.2f}x ({x.spread('.2f')})",
+        "≥ 0.9x",
+        x.median >= 0.9,
+    )
+    out.print_checks()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=2.0, help="per row and round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--warm-up", type=float, default=1.0, help="seconds per row, once")
+    parser.add_argument("--http-only", action="store_true", help="only the two servers' rows")
+    parser.add_argument("--json", help="write the figures and checks here")
+    args = parser.parse_args()
+    began = time.monotonic()
+    out = Output("control_api")
+    with tempfile.TemporaryDirectory(prefix="bench-control-") as tmp:
+        asyncio.run(measure(args, Path(tmp)))
+    report(out)
+    print(f"\nruntime: {time.monotonic() - began:.0f} s")
+    out.write(args.json)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

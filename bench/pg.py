@@ -1,6 +1,6 @@
 """Benchmark: the PostgreSQL data path, direct vs a bare Python relay vs the sidecar.
 
-    ./run bench pg [--seconds 4] [--rounds 2]
+    ./run bench pg [--seconds 4] [--rounds 3] [--checks-only] [--json PATH]
 
 Needs a PostgreSQL server on 127.0.0.1:5432 that trusts user ``postgres`` and the
 ``pgbench`` and ``psql`` clients.  A scratch database ``es_bench_<random>`` is made
@@ -31,9 +31,13 @@ time (so each is a new effect) run
   The rows in that table are counted afterwards to show the recording happened.
 
 Rounds interleave the paths (their order rotated each round) so drift hits all alike;
-the table shows the median over rounds, the spread (max - min) of the TPS, and the CPU
+the table shows the median over rounds, the spread ((max - min) / median) of the TPS,
+ratios as the median of the per-round ratios, and the CPU
 the process in between (relay, sidecar) used: share of one core while pgbench ran, and
-CPU microseconds per transaction - steadier than TPS on a busy machine.
+CPU microseconds per transaction - steadier than TPS on a busy machine.  Every path first
+runs 100 transactions (warm-up).  ``--checks-only`` runs just what ``./run bench all``
+checks (select-only: bare relay and both sidecars; INSERT: the sidecar with no SQL rules
+and the recording one; no pgbouncer); ``--json PATH`` writes the checks.
 """
 
 from __future__ import annotations
@@ -50,10 +54,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _common import Output, Sample, paired
 
 from sidecar.rulepacks import packs_dir
 from sidecar.testing.pgcluster import unprivileged_user
@@ -273,7 +279,9 @@ def measure(args: argparse.Namespace, root: Path, database: str) -> tuple[int, i
             Route(PACKED, int(packed.wait_for(pg_port)[1]), packed.pid),
         ]
         note = "pgbouncer: not installed (skipped)"
-        if binary := shutil.which("pgbouncer"):
+        if args.checks_only:
+            note = "pgbouncer: skipped (--checks-only)"
+        elif binary := shutil.which("pgbouncer"):
             bouncer, port = pgbouncer(root, binary)
             stack.enter_context(bouncer)
             main_routes.append(Route(BOUNCER + " (session)", port, bouncer.pid))
@@ -283,21 +291,24 @@ def measure(args: argparse.Namespace, root: Path, database: str) -> tuple[int, i
             {"PGOPTIONS": "-c sidecar.task=bench"},
         )  # fmt: skip
         recorded_ready(database, recorded)
+        if args.checks_only:
+            main_routes = main_routes[1:]  # the checks compare with the bare relay
         recorded_total = 1
         # (workload, its pgbench arguments per route)
+        plain_route = next(r for r in main_routes if r.name == SIDECAR)
+        inserts = [
+            (direct, ["-f", str(insert)]),
+            (Route(EXTRA, PORT), ["-f", str(extra)]),
+            (plain_route, ["-f", str(insert)]),
+            (recorded, ["-f", str(insert)]),
+        ]
         cases: list[tuple[str, list[tuple[Route, list[str]]]]] = [
             (SELECT_ONLY, [(r, ["-S"]) for r in main_routes]),
             (TPCB, [(r, []) for r in main_routes]),
-            (
-                INSERT,
-                [
-                    (direct, ["-f", str(insert)]),
-                    (Route(EXTRA, PORT), ["-f", str(extra)]),
-                    (main_routes[2], ["-f", str(insert)]),
-                    (recorded, ["-f", str(insert)]),
-                ],
-            ),
+            (INSERT, inserts),
         ]
+        if args.checks_only:
+            cases = [cases[0], (INSERT, inserts[2:])]
         for _, runs in cases:  # warm-up: connections, caches, the record table's schema
             for route, script in runs:
                 warm = pgbench(database, route, 1, script, transactions=100)
@@ -319,7 +330,7 @@ def measure(args: argparse.Namespace, root: Path, database: str) -> tuple[int, i
     return recorded_total, rows, note
 
 
-def report() -> None:
+def report(out: Output) -> None:
     def median(workload: str, clients: int, name: str) -> tuple[float, float] | None:
         runs = RESULTS.get((workload, clients, name))
         if not runs:
@@ -341,8 +352,17 @@ def report() -> None:
         cpu = f"{busy:.0f}% | {per_tx:.0f}" if busy is not None and per_tx else "- | -"
         bare = median(workload, clients, BARE)
         direct = median(workload, clients, DIRECT)
-        vs_bare = f"{tps / bare[0]:.2f}x" if bare and name != BARE else ""
-        vs_direct = f"{tps / direct[0]:.2f}x" if direct and name != DIRECT else ""
+        # Ratios: the median of the per-round ratios (both ran in the same round).
+        vs_bare = (
+            f"{per_round(workload, clients, name, BARE).median:.2f}x"
+            if bare and name != BARE
+            else ""
+        )
+        vs_direct = (
+            f"{per_round(workload, clients, name, DIRECT).median:.2f}x"
+            if direct and name != DIRECT
+            else ""
+        )
         print(
             f"| {workload} | {clients} | {name} | {tps:,.0f} | {spread:.0f}% | {latency:.3f} "
             f"| {cpu} | {vs_bare} | {vs_direct} |"
@@ -359,6 +379,46 @@ def report() -> None:
             f"direct; recording through the sidecar costs {added:+.3f} ms "
             f"(recorded vs no SQL rules) = {added / cost:.2f}x the extra INSERT"
         )
+    checks(out, median)
+
+
+def per_round(workload: str, clients: int, name: str, base: str) -> Sample:
+    """``name``'s TPS over ``base``'s, per round (the two ran minutes apart at most)."""
+    return paired(
+        [r.tps for r in RESULTS[(workload, clients, name)]],
+        [r.tps for r in RESULTS[(workload, clients, base)]],
+    )
+
+
+def checks(out: Output, median: Callable[[str, int, str], tuple[float, float] | None]) -> None:
+    """Against the targets of issue 18: TPS ratios are medians of the per-round ratios."""
+    for clients, target in ((8, 0.95), (1, 0.9)):
+        bare = median(SELECT_ONLY, clients, BARE)
+        for name, label in ((SIDECAR, "no SQL rules"), (PACKED, "postgres pack, none match")):
+            path = median(SELECT_ONLY, clients, name)
+            if bare and path:
+                x = per_round(SELECT_ONLY, clients, name, BARE)
+                out.check(
+                    f"PostgreSQL relay pass-through ({label}), pgbench -S c={clients}: "
+                    "TPS vs bare relay",
+                    f"{path[0]:,.0f} / {bare[0]:,.0f}, {x.median:.2f}x ({x.spread('.2f')})",
+                    f"≥ {target}x",
+                    x.median >= target,
+                )
+    for clients in CLIENTS:
+        plain, recorded = median(INSERT, clients, SIDECAR), median(INSERT, clients, RECORDED)
+        if plain and recorded:
+            x = per_round(INSERT, clients, RECORDED, SIDECAR)
+            out.check(
+                f"PostgreSQL relay, recorded INSERT c={clients}: TPS vs unrecorded",
+                f"{recorded[0]:,.0f} / {plain[0]:,.0f}, {x.median:.2f}x ({x.spread('.2f')})",
+                "≥ 0.5x",
+                x.median >= 0.5,
+            )
+    out.figures["runs"] = {
+        f"{workload} c={clients} {name}": [vars(r) for r in runs]
+        for (workload, clients, name), runs in RESULTS.items()
+    }
 
 
 def main() -> None:
@@ -366,8 +426,11 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=4.0, help="pgbench -T per run")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (median)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--checks-only", action="store_true", help="only what bench all checks")
+    parser.add_argument("--json", help="write the figures and checks here")
     args = parser.parse_args()
+    out = Output("pg")
     began, load = time.monotonic(), os.getloadavg()[0]
     server = psql("postgres", "SHOW server_version")
     version = subprocess.run(["pgbench", "--version"], capture_output=True, text=True, check=True)
@@ -384,12 +447,14 @@ def main() -> None:
         f"-h {HOST} -p PORT -U {USER} {database}; {args.rounds} rounds, paths interleaved"
     )
     print(note)
-    report()
+    report(out)
     print(
         f"recorded: {rows:,} rows in effect_sidecar.effects for {recorded:,} statements sent "
         "through the recording sidecar (warm-up included)"
     )
+    out.print_checks()
     print(f"runtime: {time.monotonic() - began:.0f} s")
+    out.write(args.json)
 
 
 if __name__ == "__main__":

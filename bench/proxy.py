@@ -1,20 +1,40 @@
 """Benchmark: the HTTP data path, direct vs plain mitmproxy vs the sidecar, in one run.
 
-    ./run bench proxy [--seconds 3]
+    ./run bench proxy [--seconds 2] [--rounds 3] [--growth] [--json PATH]
 
 Real processes on loopback: the counting upstream (``sidecar.testing.upstream``), a
 plain ``mitmdump`` (default addons, nothing of ours), and ``sidecar serve`` with one
-rule (bench/proxy-rules.yaml).  An aiohttp client drives each path at concurrency 1 and
-32 over plain HTTP (so TLS costs are not measured, the proxies' own work is):
+rule (bench/proxy-rules.yaml).  An aiohttp client in this process (the load tool, outside
+both proxies) drives each path at concurrency 1 and 32 over plain HTTP (so TLS costs
+are not measured, the proxies' own work is):
 
-* direct                 GET /fast straight to the upstream;
-* mitmproxy              GET /fast through mitmdump;
-* sidecar pass-through   GET /fast through the sidecar (no rule matches);
-* sidecar recorded       POST /effects/{new id}: record pending, forward, record answer;
-* sidecar replayed       POST /effects/{same id}: answered from the log.
+* direct                    GET /fast straight to the upstream;
+* mitmdump                  GET /fast through mitmdump;
+* sidecar pass-through      GET /fast through the sidecar (no rule matches);
+* sidecar recorded          POST /effects/{new id}: record pending, forward, record answer;
+* sidecar replayed          POST /effects/{same id}: answered from the log;
 
-Then resident memory: both proxies idle, the sidecar after 10,000 requests, and the
-sidecar's growth while 1 MiB bodies stream through it at concurrency 32.
+then with a 1 MiB JSON body:
+
+* mitmdump 1 MiB            POST /upload through mitmdump;
+* sidecar pass-through 1 MiB POST /upload through the sidecar (unmatched: streamed);
+* sidecar recorded 1 MiB    POST /effects/{new id} through the sidecar (matched: buffered,
+                            hashed, recorded).
+
+Every row runs once per round for ``--seconds`` after a warm-up pass; rounds interleave
+the rows, their order reversed every other round, so drift on a busy machine hits all
+alike.  Rows show the median over rounds and the spread (min-max) of requests/s; a
+ratio ("vs", and the checks) is the median of the per-round ratios (the two rows of a
+pair ran seconds apart, under the same load), with their min-max in brackets.
+
+Also, in the same run: start-up time (mitmdump: until its port accepts; sidecar: until
+``/readyz`` answers 200), median of ``--rounds`` starts each, alternated; resident memory
+of both proxies idle; the growth of each proxy's RSS (peak over the 1 MiB rows minus the
+RSS before them); os.fdatasync p50 on the data dir's disk (200 calls on a small file:
+the floor for one durable commit); with ``--growth``, the sidecar's RSS after 10,000 and
+after 50,000 more recorded effects (32 clients, after the small rows, before the 1 MiB
+ones).  ``--json PATH`` writes the checks against the targets
+(for ``./run bench all``).
 """
 
 from __future__ import annotations
@@ -25,28 +45,65 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 
 import aiohttp
+from _common import (
+    Output,
+    Sample,
+    fdatasync_p50_ms,
+    listening_port,
+    paired,
+    percentile,
+    rss_mib,
+)
 
 from sidecar.testing.processes import Child
 
 HERE = Path(__file__).parent
-ROWS: list[tuple[str, int, float, float, float]] = []
+CLIENTS = (1, 32)
+MIB = 1 << 20
+BIG_BODY = b'{"data": "' + b"x" * (MIB - 12) + b'"}'
+assert len(BIG_BODY) == MIB
+
+DIRECT, MITM, PASS, RECORDED, REPLAYED = (
+    "direct",
+    "mitmdump",
+    "sidecar pass-through",
+    "sidecar recorded",
+    "sidecar replayed",
+)
+MITM_BIG, PASS_BIG, RECORDED_BIG = (
+    "mitmdump 1 MiB",
+    "sidecar pass-through 1 MiB",
+    "sidecar recorded 1 MiB",
+)
+VS = {
+    PASS: MITM,
+    RECORDED: PASS,
+    REPLAYED: PASS,
+    PASS_BIG: MITM_BIG,
+    RECORDED_BIG: PASS_BIG,
+}
+
+Op = Callable[[int], Awaitable[None]]
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+@dataclass
+class Row:
+    rps: Sample = field(default_factory=Sample)
+    p50: Sample = field(default_factory=Sample)
+    p99: Sample = field(default_factory=Sample)
 
 
-async def drive(
-    name: str, clients: int, seconds: float, op: Callable[[int], Awaitable[None]]
-) -> None:
+RESULTS: dict[tuple[str, int], Row] = {}
+
+
+async def drive(clients: int, seconds: float, op: Op) -> tuple[float, float, float]:
+    """Run ``op`` from ``clients`` closed-loop clients for ``seconds``: (req/s, p50, p99 ms)."""
     latencies: list[float] = []
     numbers = count()
     deadline = time.perf_counter() + seconds
@@ -60,18 +117,36 @@ async def drive(
     began = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
     elapsed = time.perf_counter() - began
-    ordered = sorted(latencies)
-    p99 = ordered[max(0, int(len(ordered) * 0.99) - 1)]
-    ROWS.append(
-        (name, clients, len(ordered) / elapsed, statistics.median(ordered) * 1e3, p99 * 1e3)
+    return (
+        len(latencies) / elapsed,
+        statistics.median(latencies) * 1e3,
+        percentile(latencies, 0.99) * 1e3,
     )
-    print(f"  {name:<24} c={clients:<3} {len(ordered) / elapsed:>8,.0f}/s", file=sys.stderr)
 
 
-async def measure(seconds: float, root: Path) -> dict[str, float]:
-    upstream = Child.python("sidecar.testing.upstream", stderr_path=root / "upstream.log")
-    up = upstream.wait_for(r"upstream ready (\S+)").group(1)
-    mitm = Child(
+async def interleaved(
+    cases: list[tuple[str, int, Op]], rounds: int, seconds: float, warm_up: float
+) -> None:
+    """A warm-up pass over ``cases``, then ``rounds`` rounds, order reversed every other."""
+    for _name, clients, op in cases:
+        await drive(min(clients, 8), warm_up, op)
+    for round_ in range(rounds):
+        order = cases if round_ % 2 == 0 else cases[::-1]
+        for name, clients, op in order:
+            rps, p50, p99 = await drive(clients, seconds, op)
+            row = RESULTS.setdefault((name, clients), Row())
+            row.rps.add(rps)
+            row.p50.add(p50)
+            row.p99.add(p99)
+            print(
+                f"  round {round_ + 1}  {name:<28} c={clients:<3} {rps:>8,.0f}/s  "
+                f"p50 {p50:6.2f} ms",
+                file=sys.stderr,
+            )
+
+
+def mitmdump(root: Path, tag: str) -> Child:
+    return Child(
         [
             str(Path(sys.executable).parent / "mitmdump"),
             "-q",
@@ -82,13 +157,16 @@ async def measure(seconds: float, root: Path) -> dict[str, float]:
             "--set",
             f"confdir={root / 'mitm'}",
         ],
-        stderr_path=root / "mitmdump.log",
+        stderr_path=root / f"mitmdump-{tag}.log",
     )
-    sidecar = Child.python(
+
+
+def sidecar(root: Path, tag: str, upstream: str) -> Child:
+    return Child.python(
         "sidecar",
         "serve",
         "--data-dir",
-        str(root / "sidecar"),
+        str(root / f"sidecar-{tag}"),
         "--control-listen",
         "127.0.0.1:0",
         "--proxy-listen",
@@ -96,18 +174,89 @@ async def measure(seconds: float, root: Path) -> dict[str, float]:
         "--rules",
         str(HERE / "proxy-rules.yaml"),
         "--route",
-        f"bench.test={up}",
+        f"bench.test={upstream}",
         "--log-level",
         "warning",
-        stderr_path=root / "sidecar.log",
+        stderr_path=root / f"sidecar-{tag}.log",
     )
-    memory: dict[str, float] = {}
-    with upstream, mitm, sidecar:
-        control, proxy = sidecar.wait_for(r"control=(\S+) proxy=(\S+)").group(1, 2)
-        mitm_port = await _mitmdump_port(mitm)
-        mitm_url = f"http://127.0.0.1:{mitm_port}"
-        connector = aiohttp.TCPConnector(limit=64)
-        async with aiohttp.ClientSession(connector=connector) as http:
+
+
+async def mitmdump_ready(mitm: Child, within: float = 30.0) -> int:
+    """Poll until mitmdump's port accepts a connection; return the port."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if mitm.proc.poll() is not None:
+            raise RuntimeError("mitmdump exited")
+        if (port := listening_port(mitm.pid)) is not None:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                pass
+            else:
+                writer.close()
+                return port
+        await asyncio.sleep(0.005)
+    raise RuntimeError("mitmdump did not start listening")
+
+
+async def sidecar_ready(
+    side: Child, http: aiohttp.ClientSession, within: float = 60.0
+) -> tuple[str, str]:
+    """Wait for the sidecar's URLs on stdout, then poll /readyz until 200."""
+    match = await asyncio.to_thread(side.wait_for, r"control=(\S+) proxy=(\S+)", within)
+    control, proxy = match.group(1, 2)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            async with http.get(f"{control}/readyz") as r:
+                if r.status == 200:
+                    return control, proxy
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.005)
+    raise RuntimeError("sidecar /readyz did not answer 200")
+
+
+async def start_up(root: Path, rounds: int, upstream: str, http: aiohttp.ClientSession) -> dict[
+    str, Sample
+]:  # fmt: skip
+    """Start each proxy ``rounds`` times, alternating which goes first; time to ready."""
+    took = {MITM: Sample(), "sidecar": Sample()}
+
+    async def one(which: str, tag: str) -> None:
+        began = time.perf_counter()
+        child = mitmdump(root, tag) if which == MITM else sidecar(root, tag, upstream)
+        with child:
+            if which == MITM:
+                await mitmdump_ready(child)
+            else:
+                await sidecar_ready(child, http)
+            took[which].add(time.perf_counter() - began)
+            child.terminate()
+
+    for round_ in range(rounds):
+        order = [MITM, "sidecar"] if round_ % 2 == 0 else ["sidecar", MITM]
+        for which in order:
+            await one(which, f"start{round_}")
+    return took
+
+
+async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
+    upstream = Child.python("sidecar.testing.upstream", stderr_path=root / "upstream.log")
+    up = upstream.wait_for(r"upstream ready (\S+)").group(1)
+    figures = out.figures
+    figures["fdatasync_p50_ms"] = fdatasync_p50_ms(root)
+    connector = aiohttp.TCPConnector(limit=64)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        started = await start_up(root, args.rounds, up, http)
+        figures["startup_s"] = {k: v.values for k, v in started.items()}
+        mitm, side = mitmdump(root, "main"), sidecar(root, "main", up)
+        with upstream, mitm, side:
+            mitm_url = f"http://127.0.0.1:{await mitmdump_ready(mitm)}"
+            control, proxy = await sidecar_ready(side, http)
+            await asyncio.sleep(1)
+            idle = {MITM: rss_mib(mitm.pid), "sidecar": rss_mib(side.pid)}
+            figures["idle_rss_mib"] = idle
             async with http.post(
                 f"{control}/v1/tasks/bench/claim", json={"worker": "b", "ttl_s": 3600}
             ) as r:
@@ -115,120 +264,227 @@ async def measure(seconds: float, root: Path) -> dict[str, float]:
             # The proxy credentials that bind requests to the attempt, sent as clients
             # send them to an HTTP proxy: a Proxy-Authorization header on each request.
             auth = {"Proxy-Authorization": aiohttp.encode_basic_auth("bench", claim["attempt_id"])}
-            await asyncio.sleep(1)
-            memory["mitmproxy idle"] = rss_mib(mitm.pid)
-            memory["sidecar idle"] = rss_mib(sidecar.pid)
+            ids = count()
 
             async def get(url: str, via: str | None = None) -> None:
                 async with http.get(url, proxy=via, headers=auth if via == proxy else None) as r:
                     await r.read()
 
-            async def post(url: str) -> None:
-                async with http.post(url, data=b"{}", proxy=proxy, headers=auth) as r:
-                    assert r.status == 201, await r.text()
+            async def post(url: str, body: bytes = b"{}", via: str | None = proxy) -> None:
+                headers = {"Content-Type": "application/json"}
+                if via == proxy:
+                    headers |= auth
+                async with http.post(url, data=body, proxy=via, headers=headers) as r:
+                    assert r.status in (200, 201), f"{url}: {r.status} {await r.text()}"
                     await r.read()
+
+            def new_effect(body: bytes = b"{}") -> Op:
+                return lambda n: post(f"http://bench.test/effects/e{next(ids)}", body)
 
             await post("http://bench.test/effects/same")  # the one that is replayed
-            for clients in (1, 32):
-                await drive("direct", clients, seconds, lambda n: get(f"{up}/fast"))
-                await drive("mitmproxy", clients, seconds, lambda n: get(f"{up}/fast", mitm_url))
-                await drive(
-                    "sidecar pass-through",
-                    clients,
-                    seconds,
-                    lambda n: get("http://bench.test/fast", proxy),
-                )
-                await drive(
-                    "sidecar recorded",
-                    clients,
-                    seconds,
-                    lambda n, c=clients: post(f"http://bench.test/effects/{c}-{n}"),
-                )
-                await drive(
-                    "sidecar replayed",
-                    clients,
-                    seconds,
-                    lambda n: post("http://bench.test/effects/same"),
-                )
-            done = count()
+            small: list[tuple[str, int, Op]] = []
+            for clients in CLIENTS:
+                small += [
+                    (DIRECT, clients, lambda n: get(f"{up}/fast")),
+                    (MITM, clients, lambda n: get(f"{up}/fast", mitm_url)),
+                    (PASS, clients, lambda n: get("http://bench.test/fast", proxy)),
+                    (RECORDED, clients, new_effect()),
+                    (REPLAYED, clients, lambda n: post("http://bench.test/effects/same")),
+                ]
+            await interleaved(small, args.rounds, args.seconds, args.warm_up)
+            if args.growth:  # before the 1 MiB rows, whose freed buffers could hide growth
+                figures["growth_rss_mib"] = await growth(side.pid, new_effect())
 
-            async def filler() -> None:
-                while next(done) < 10_000:
-                    await get("http://bench.test/fast", proxy)
+            big: list[tuple[str, int, Op]] = []
+            for clients in CLIENTS:
+                big += [
+                    (MITM_BIG, clients, lambda n: post(f"{up}/upload", BIG_BODY, mitm_url)),
+                    (PASS_BIG, clients, lambda n: post("http://bench.test/upload", BIG_BODY)),
+                    (RECORDED_BIG, clients, new_effect(BIG_BODY)),
+                ]
+            before = {MITM: rss_mib(mitm.pid), "sidecar": rss_mib(side.pid)}
+            peak = dict(before)
+            stop = asyncio.Event()
 
-            await asyncio.gather(*(filler() for _ in range(32)))
-            memory["sidecar after 10,000 requests"] = rss_mib(sidecar.pid)
-            before, peak = rss_mib(sidecar.pid), 0.0
-            body = b"x" * (1 << 20)
-
-            async def upload() -> None:
-                async with http.post(
-                    "http://bench.test/upload", data=body, proxy=proxy, headers=auth
-                ) as r:
-                    await r.read()
-
-            async def watch(stop: asyncio.Event) -> None:
-                nonlocal peak
+            async def watch() -> None:
                 while not stop.is_set():
-                    peak = max(peak, rss_mib(sidecar.pid))
+                    peak[MITM] = max(peak[MITM], rss_mib(mitm.pid))
+                    peak["sidecar"] = max(peak["sidecar"], rss_mib(side.pid))
                     await asyncio.sleep(0.02)
 
-            stop = asyncio.Event()
-            watcher = asyncio.create_task(watch(stop))
-            for _ in range(8):
-                await asyncio.gather(*(upload() for _ in range(32)))
+            watcher = asyncio.create_task(watch())
+            await interleaved(big, args.rounds, args.seconds, args.warm_up)
             stop.set()
             await watcher
-            memory["sidecar growth, 256 x 1 MiB uploads at c=32"] = peak - before
-    return memory
+            figures["big_rss_mib"] = {"before": before, "peak": peak}
 
 
-def listening_port(pid: int) -> int | None:
-    """The TCP port process ``pid`` listens on, read from /proc (mitmdump -q prints none)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = fd.readlink().as_posix()
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-            return int(fields[1].split(":")[1], 16)
-    return None
+async def growth(pid: int, op: Op) -> dict[str, float]:
+    """The sidecar's RSS after 10,000 and after 50,000 recorded effects (32 clients)."""
+    rss: dict[str, float] = {}
+    began = time.perf_counter()
+    sent = 0
+    for mark in (10_000, 50_000):
+        numbers = iter(range(sent, mark))
+
+        async def client(numbers: Iterator[int] = numbers) -> None:
+            for n in numbers:
+                await op(n)
+
+        await asyncio.gather(*(client() for _ in range(32)))
+        sent = mark
+        rss[f"{mark}"] = rss_mib(pid)
+        print(
+            f"  growth: {mark:,} recorded effects, RSS {rss[f'{mark}']:.0f} MiB "
+            f"({time.perf_counter() - began:.0f} s)",
+            file=sys.stderr,
+        )
+    rss["per_second"] = 50_000 / (time.perf_counter() - began)
+    return rss
 
 
-async def _mitmdump_port(mitm: Child) -> int:
-    for _ in range(200):
-        if (port := listening_port(mitm.pid)) is not None:
-            return port
-        await asyncio.sleep(0.05)
-    raise RuntimeError("mitmdump did not start listening")
+def med(name: str, clients: int) -> Row:
+    return RESULTS[(name, clients)]
+
+
+def rps_vs(name: str, base: str, clients: int) -> Sample:
+    """``name``'s req/s over ``base``'s, per round."""
+    return paired(med(name, clients).rps.values, med(base, clients).rps.values)
+
+
+def times(x: Sample) -> str:
+    return f"{x.median:.2f}x ({x.spread('.2f')})"
+
+
+def report(out: Output) -> None:
+    f = out.figures
+    print("\n| path | clients | requests/s (median) | spread | p50 ms | p99 ms | vs |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for (name, clients), row in RESULTS.items():
+        base = VS.get(name)
+        vs = f"{rps_vs(name, base, clients).median:.2f}x {base}" if base else ""
+        print(
+            f"| {name} | {clients} | {row.rps.median:,.0f} | {row.rps.spread()} | "
+            f"{row.p50.median:.2f} | {row.p99.median:.2f} | {vs} |"
+        )
+    f["rows"] = {
+        f"{name} c={clients}": {
+            "rps": row.rps.values,
+            "p50_ms": row.p50.values,
+            "p99_ms": row.p99.values,
+        }
+        for (name, clients), row in RESULTS.items()
+    }
+    idle, big = f["idle_rss_mib"], f["big_rss_mib"]
+    start = {k: statistics.median(v) for k, v in f["startup_s"].items()}
+    grow = {k: big["peak"][k] - big["before"][k] for k in (MITM, "sidecar")}
+    print("\n| figure | mitmdump | sidecar |")
+    print("|---|---:|---:|")
+    print(
+        f"| start-up to ready, s (median of {len(f['startup_s'][MITM])}) "
+        f"| {start[MITM]:.2f} | {start['sidecar']:.2f} |"
+    )
+    print(f"| idle RSS, MiB | {idle[MITM]:.0f} | {idle['sidecar']:.0f} |")
+    print(f"| RSS growth over the 1 MiB rows, MiB | {grow[MITM]:.0f} | {grow['sidecar']:.0f} |")
+    fsync = f["fdatasync_p50_ms"]
+    print(f"\nos.fdatasync p50 on the data dir's disk: {fsync:.3f} ms")
+    if g := f.get("growth_rss_mib"):
+        print(
+            f"sidecar RSS after 10,000 recorded effects {g['10000']:.0f} MiB, after 50,000 "
+            f"{g['50000']:.0f} MiB ({g['per_second']:,.0f} effects/s)"
+        )
+
+    # ---- against the targets of issue 18 ----
+    for c in CLIENTS:
+        x = rps_vs(PASS, MITM, c)
+        out.check(
+            f"HTTP pass-through, small JSON, c={c}: req/s vs mitmdump",
+            times(x),
+            "≥ 0.95x",
+            x.median >= 0.95,
+        )
+        p = paired(med(PASS, c).p99.values, med(MITM, c).p99.values)
+        out.check(
+            f"HTTP pass-through, small JSON, c={c}: p99 vs mitmdump",
+            f"{med(PASS, c).p99.median:.2f} / {med(MITM, c).p99.median:.2f} ms, {times(p)}",
+            "≤ 1.5x",
+            p.median <= 1.5,
+        )
+    rec, pas = med(RECORDED, 1).p50.median, med(PASS, 1).p50.median
+    budget = pas + 2 * fsync + 0.3
+    out.check(
+        "HTTP recorded effect, c=1: p50",
+        f"{rec:.2f} ms (pass-through {pas:.2f}, fdatasync {fsync:.2f})",
+        f"≤ {budget:.2f} ms (pass-through + 2 fdatasync + 0.3)",
+        rec <= budget,
+    )
+    x = rps_vs(RECORDED, PASS, 32)
+    out.check(
+        "HTTP recorded effect, c=32: req/s vs pass-through", times(x), "≥ 0.85x", x.median >= 0.85
+    )
+    for c in CLIENTS:
+        x = rps_vs(REPLAYED, PASS, c)
+        out.check(
+            f"HTTP replayed effect, c={c}: req/s vs pass-through",
+            times(x),
+            "≥ 1.2x",
+            x.median >= 1.2,
+        )
+    for c in CLIENTS:
+        x = rps_vs(RECORDED_BIG, PASS_BIG, c)
+        out.check(
+            f"1 MiB recorded effect, c={c}: req/s vs 1 MiB pass-through",
+            times(x),
+            "≥ 0.7x",
+            x.median >= 0.7,
+        )
+    out.check(
+        "1 MiB rows: RSS growth, sidecar vs mitmdump",
+        f"{grow['sidecar']:.0f} vs {grow[MITM]:.0f} MiB",
+        "≤ mitmdump + 50 MiB",
+        grow["sidecar"] <= grow[MITM] + 50,
+    )
+    out.check(
+        "sidecar idle RSS",
+        f"{idle['sidecar']:.0f} MiB (mitmdump {idle[MITM]:.0f})",
+        "≤ mitmdump + 15 MiB",
+        idle["sidecar"] <= idle[MITM] + 15,
+    )
+    x = paired(f["startup_s"]["sidecar"], f["startup_s"][MITM])
+    out.check(
+        "start-up to /readyz 200 vs mitmdump's port",
+        f"{start['sidecar']:.2f} / {start[MITM]:.2f} s, {times(x)}",
+        "≤ 1.2x",
+        x.median <= 1.2,
+    )
+    if g := f.get("growth_rss_mib"):
+        d = g["50000"] - g["10000"]
+        out.check(
+            "growth: RSS 10k → 50k recorded effects",
+            f"{g['10000']:.0f} → {g['50000']:.0f} MiB ({d:+.0f})",
+            "≤ +20 MiB",
+            d <= 20,
+        )
+    out.print_checks()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=2.0, help="per row and round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--warm-up", type=float, default=0.5, help="seconds per row, once")
+    parser.add_argument("--growth", action="store_true", help="RSS after 10k and 50k effects")
+    parser.add_argument("--json", help="write the figures and checks here")
     args = parser.parse_args()
+    began = time.monotonic()
+    out = Output("proxy")
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
-        memory = asyncio.run(measure(args.seconds, Path(tmp)))
-    by = {(n, c): (rps, p50) for n, c, rps, p50, _ in ROWS}
-    print("\n| path | clients | requests/s | p50 ms | p99 ms | vs |")
-    print("|---|---:|---:|---:|---:|---|")
-    for name, clients, rps, p50, p99 in ROWS:
-        base = {
-            "sidecar pass-through": "mitmproxy",
-            "sidecar recorded": "sidecar pass-through",
-            "sidecar replayed": "sidecar pass-through",
-        }.get(name)
-        ratio = f"{rps / by[(base, clients)][0]:.2f}x {base}" if base else ""
-        print(f"| {name} | {clients} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {ratio} |")
-    print("\n| resident memory | MiB |")
-    print("|---|---:|")
-    for name, mib in memory.items():
-        print(f"| {name} | {mib:.0f} |")
+        asyncio.run(measure(args, Path(tmp), out))
+    report(out)
+    print(f"\nruntime: {time.monotonic() - began:.0f} s")
+    out.write(args.json)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Benchmark: the store under contention - N workers racing for M tasks, SQLite vs PostgreSQL.
 
     ./run bench stores [--seconds 3] [--tasks 16] [--ttl 0.3] [--backend sqlite|postgresql]
+                       [--mode contended|uncontended|both] [--rounds 3] [--json PATH]
 
 Needs a PostgreSQL server that trusts user ``postgres`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``).  The PostgreSQL store's tables go in a
@@ -35,8 +36,10 @@ A worker, in a loop until the phase ends:
     claimed the task (the documented rule: expiry only lets another worker take over),
     until a newer claim makes the store refuse them.  It stops at the first refusal (or
     2 ttl past expiry) and then, knowingly stale, tries once more each of checkpoint,
-    effect record, completing its pending effect, heartbeat and release: every one must
-    be refused with ``StaleGeneration``.
+    effect record, heartbeat and release: every one must be refused with
+    ``StaleGeneration``.  It also completes the effect it left pending: the outcome of
+    an attempt's own forward is recorded even after it lost its lease (the effect
+    happened), so that one is accepted, counted as an own outcome, and not a stale write.
 
 Measured per phase (rate = accepted operations / wall time of the phase; latency over every
 call, accepted or refused): claims/s (granted claims; the latency includes the
@@ -53,8 +56,11 @@ Checked after each phase, from what the workers saw and from the store:
   ``lease_until``, never ``superseded`` by another worker), and both must agree;
 * stale writes accepted: every checkpoint, effect row and effect event in the store carries
   the generation (and attempt) current at its timestamp - the newest claim at or before
-  it, and not after that attempt's release; no write the worker knew to be stale was
-  accepted; and the counts add up: rows in the store = writes the workers saw accepted,
+  it, and not after that attempt's release - except a completion by the attempt that
+  recorded the effect pending: the outcome of its own forward, which the store records
+  even after a newer claim (``is_own_outcome`` in sidecar/domain/effects.py; the pending
+  record itself is checked); no write the worker knew to be stale was accepted; and the
+  counts add up: rows in the store = writes the workers saw accepted,
   fence refusals logged by the store = ``StaleGeneration`` answers seen.
 
 Stamp order.  A store must stamp a batch with the time read once its transaction holds
@@ -65,6 +71,18 @@ stamped earlier than that release, so the recorded windows overlapped.  Such a f
 still told apart, marked "stamp order" (the workers' own clocks show the release had been
 sent before the claimant was answered); a finding without that mark is a real double
 grant or stale write.
+
+Uncontended (``--mode uncontended``, also part of the default ``both``): 32 workers over
+32 tasks, one task each, in one process sharing one store - the throughput of the shared
+store when nobody waits for anybody.  A worker claims its task (TTL 30 s), writes 9
+checkpoints, releases, and again.  After a 1 s warm-up, ``--rounds`` rounds of
+``--seconds`` each (fresh tasks every round), interleaving the backends, each checked
+as above (double ownership, stale writes); the table shows the median and spread
+(min-max) of claims+checkpoints per second.  On PostgreSQL it also counts the round
+trips the driver makes (each ``execute``/``executemany`` - one pipeline - and each
+``BEGIN``/``COMMIT`` of a transaction block, counted in this process) per store command
+(claims + checkpoints + releases).  ``--json PATH`` writes the checks against the targets
+for ``./run bench all``.
 
 The run exits 1 when any check fails, and says which write or grant broke it.
 """
@@ -89,6 +107,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from _common import Output
 from psycopg import sql
 
 from sidecar.domain.model import Attempt, AttemptEnd, EffectState, RecordedResponse
@@ -327,10 +346,14 @@ class Worker:
         return True
 
     async def complete_pending(self, hold: Hold) -> None:
-        """Complete an effect recorded while the lease was held (the zombie's last try)."""
+        """Complete an effect recorded while the lease was held (the zombie's last try).
+
+        Not a stale write: the outcome of the attempt's own forward, of an effect still
+        pending as it left it, is recorded even after the attempt lost its lease (the
+        effect happened; see ``is_own_outcome`` in sidecar/domain/effects.py).
+        """
         key = hold.pending.pop()
-        known_stale = hold.fenced
-        self.counts["stale_attempts"] += known_stale
+        known_stale = False
         sent = wall_us()
         try:
             effect = await self.store.transition_effect(
@@ -344,9 +367,9 @@ class Worker:
         except SidecarError as refused:
             self.refused(hold, "effect", refused, known_stale)
             return
-        self.accepted(
-            hold, "completed", effect.generation, to_us(effect.updated_at), sent, known_stale
-        )
+        at_us = to_us(effect.updated_at)
+        self.accepted(hold, "completed", effect.generation, at_us, sent, known_stale)
+        self.counts["own_outcomes"] += hold.fenced
 
     async def heartbeat(self, hold: Hold) -> bool:
         known_stale = hold.fenced
@@ -469,17 +492,17 @@ async def run_split(phase: Phase) -> list[Tally]:
     children = []
     for proc in range(phase.procs):
         config["names"] = worker_names(phase, proc)
-        children.append(
-            await asyncio.create_subprocess_exec(
-                sys.executable,
-                __file__,
-                "--child",
-                json.dumps(config),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-            )
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--child",
+            json.dumps(config),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
         )
-    for child in children:
+        children.append(child)
+        # One after another: two processes opening one new SQLite file at the same moment
+        # can fail with "database is locked" (see docs/benchmarks.md).
         assert child.stdout is not None
         line = await asyncio.wait_for(child.stdout.readline(), 60)
         if line != b"ready\n":
@@ -530,6 +553,7 @@ class Verdict:
     disagreements: int = 0  # the store and the workers tell different stories
     rows_checked: int = 0
     takeovers: int = 0  # a worker claiming over its own live lease (allowed)
+    own_outcomes: int = 0  # completions checked as their attempt's own outcome (allowed)
     problems: list[str] = field(default_factory=list)
     flagged: set[tuple[Any, ...]] = field(default_factory=set)
 
@@ -577,6 +601,11 @@ class Checker:
         self.refusals_seen = sum(t.counts["refused"] for t in tallies)
         self.refusals_logged = 0
         self.attempts: dict[int, Attempt] = {}  # of the task being checked, by generation
+        # (task, generation, attempt) that recorded an effect pending: its completion is
+        # that attempt's own outcome, which the store accepts even after a newer claim.
+        self.recorded_pending = {
+            (w[1], w[2], w[3]) for t in tallies for w in t.writes if w[0] == "pending"
+        }
         for tally in tallies:
             for kind, task, generation, attempt, at_us, sent, known_stale in tally.writes:
                 self.sent_of[(kind, task, generation, attempt, at_us)] = sent
@@ -723,6 +752,9 @@ class Checker:
         batch, one timestamp) and, if it was released, until the release.
         """
         self.verdict.rows_checked += 1
+        if kind == "completed" and (task, generation, attempt) in self.recorded_pending:
+            self.verdict.own_outcomes += 1
+            return  # an attempt's own outcome: accepted after it lost the lease (allowed)
         a = self.attempts.get(generation)
         after = self.attempts.get(generation + 1)
         live_from = to_us(a.claimed_at) if a is not None else None
@@ -769,6 +801,7 @@ class Checker:
 
 ROWS: list[list[str]] = []
 DETAILS: list[list[str]] = []
+STEADY_ROWS: list[list[str]] = []
 
 
 def finding(verdict: Verdict, kind: str) -> str:
@@ -824,7 +857,8 @@ def report(phase: Phase, tallies: list[Tally], verdict: Verdict) -> None:
             str(verdict.takeovers),
             str(counts["lost_unplanned"]),
             str(counts["late_accepted"]),
-            f"{counts['zombies_fenced']}: {counts['stale_refused']} / {counts['stale_attempts']}",
+            f"{counts['zombies_fenced']}: {counts['stale_refused']} / {counts['stale_attempts']}"
+            f" (+{counts['own_outcomes']})",
             str(counts["refused"]),
             f"{verdict.rows_checked:,}",
             str(verdict.disagreements),
@@ -850,6 +884,178 @@ def table(header: list[str], rows: list[list[str]], right_from: int) -> None:
     print("|" + "|".join("---" if i < right_from else "---:" for i in range(len(header))) + "|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+
+
+# ---- uncontended: 32 workers over 32 tasks ---------------------------------------------
+
+STEADY_WORKERS = 32
+HOLD_CHECKPOINTS = 9
+STEADY_TTL = 30.0
+
+
+class Steady(Worker):
+    """Uncontended: its own task; claim, ``HOLD_CHECKPOINTS`` checkpoints, release, again."""
+
+    own = ""
+
+    async def run(self) -> None:
+        while self.left() > 0:
+            hold = await self.claim(self.own)
+            if not isinstance(hold, Hold):
+                await asyncio.sleep(0.001)
+                continue
+            for _ in range(HOLD_CHECKPOINTS):
+                if not await self.checkpoint(hold):
+                    break
+            if not (hold.fenced or hold.broken):
+                await self.release(hold)
+
+
+class RoundTrips:
+    """Counts the PostgreSQL driver's round trips made in this process while installed:
+    each cursor ``execute`` and ``executemany`` (psycopg pipelines the latter), and the
+    ``BEGIN`` and ``COMMIT`` of each transaction block."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def install(self) -> None:
+        counter = self
+        cursor, transaction = psycopg.AsyncCursor, psycopg.AsyncTransaction
+        execute, many = cursor.execute, cursor.executemany
+        enter, leave = transaction.__aenter__, transaction.__aexit__
+
+        async def counted_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+            counter.n += 1
+            return await execute(self, *args, **kwargs)
+
+        async def counted_many(self: Any, *args: Any, **kwargs: Any) -> Any:
+            counter.n += 1
+            return await many(self, *args, **kwargs)
+
+        async def counted_enter(self: Any) -> Any:
+            counter.n += 1  # BEGIN (or SAVEPOINT)
+            return await enter(self)
+
+        async def counted_leave(self: Any, *exc: Any) -> Any:
+            counter.n += 1  # COMMIT / ROLLBACK (or RELEASE)
+            return await leave(self, *exc)
+
+        cursor.execute = counted_execute  # type: ignore[method-assign]
+        cursor.executemany = counted_many  # type: ignore[method-assign]
+        transaction.__aenter__ = counted_enter  # type: ignore[method-assign]
+        transaction.__aexit__ = counted_leave  # type: ignore[method-assign]
+
+
+ROUND_TRIPS = RoundTrips()
+
+
+@dataclass
+class SteadyResult:
+    rates: list[float] = field(default_factory=list)  # claims + checkpoints per second
+    claims: list[float] = field(default_factory=list)
+    checkpoints: list[float] = field(default_factory=list)
+    latencies: dict[str, list[float]] = field(default_factory=lambda: {op: [] for op in OPS})
+    round_trips: int = 0
+    commands: int = 0
+    double_ownership: int = 0
+    stale_accepted: int = 0
+    disagreements: int = 0
+
+
+async def steady_round(store: Store, backend: str, url: str, tag: str, seconds: float) -> tuple[
+    Tally, Verdict, int
+]:  # fmt: skip
+    phase = Phase(
+        backend=backend,
+        url=url,
+        workers=STEADY_WORKERS,
+        procs=1,
+        tasks=[f"{tag}-t{i:02d}" for i in range(STEADY_WORKERS)],
+        ttl=STEADY_TTL,
+        seconds=seconds,
+        seed=0,
+    )
+    tally = Tally()
+    deadline = time.perf_counter() + seconds
+    workers = []
+    for i, task in enumerate(phase.tasks):
+        worker = Steady(store, f"w{i:02d}", phase, deadline, tally)
+        worker.own = task
+        workers.append(worker)
+    trips = ROUND_TRIPS.n
+    tally.began_us = wall_us()
+    await asyncio.gather(*(w.run() for w in workers))
+    tally.ended_us = wall_us()
+    trips = ROUND_TRIPS.n - trips
+    reader = create_store(url, read_only=True)
+    await reader.open()
+    try:
+        verdict = await Checker(reader, phase, [tally]).run()
+    finally:
+        await reader.close()
+    for line in verdict.problems:
+        print(f"    {line}", file=sys.stderr)
+    return tally, verdict, trips
+
+
+async def run_steady(backends: list[str], urls: dict[str, str], args: argparse.Namespace) -> dict[
+    str, SteadyResult
+]:  # fmt: skip
+    """Warm-up, then ``args.rounds`` rounds interleaving the backends (reversed every other)."""
+    ROUND_TRIPS.install()
+    stores: dict[str, Store] = {}
+    results = {backend: SteadyResult() for backend in backends}
+    try:
+        for backend in backends:
+            stores[backend] = create_store(urls[backend])
+            await stores[backend].open()
+            await steady_round(stores[backend], backend, urls[backend], f"{backend[:2]}-warm", 1.0)
+        for round_ in range(args.rounds):
+            for backend in backends if round_ % 2 == 0 else backends[::-1]:
+                tag = f"{backend[:2]}-r{round_}"
+                tally, verdict, trips = await steady_round(
+                    stores[backend], backend, urls[backend], tag, args.seconds
+                )
+                seconds = (tally.ended_us - tally.began_us) / 1e6
+                c = tally.counts
+                r = results[backend]
+                r.rates.append((c["claims"] + c["checkpoints"]) / seconds)
+                r.claims.append(c["claims"] / seconds)
+                r.checkpoints.append(c["checkpoints"] / seconds)
+                for op in OPS:
+                    r.latencies[op].extend(tally.latencies[op])
+                r.round_trips += trips
+                r.commands += c["claims"] + c["lease_held"] + c["checkpoints"] + c["released"]
+                r.double_ownership += verdict.double_ownership
+                r.stale_accepted += verdict.stale_accepted
+                r.disagreements += verdict.disagreements
+                print(
+                    f"  uncontended {backend:<10} round {round_ + 1}  "
+                    f"{r.rates[-1]:>7,.0f} claims+checkpoints/s  double "
+                    f"{verdict.double_ownership}  stale accepted {verdict.stale_accepted}",
+                    file=sys.stderr,
+                )
+    finally:
+        for store in stores.values():
+            await store.close()
+    for backend, r in results.items():
+        trips = f"{r.round_trips / r.commands:.2f}" if backend == "postgresql" else "-"
+        STEADY_ROWS.append(
+            [
+                backend,
+                f"{statistics.median(r.rates):,.0f}",
+                f"{min(r.rates):,.0f}-{max(r.rates):,.0f}",
+                f"{statistics.median(r.claims):,.0f}",
+                p50_p99(r.latencies["claim"]),
+                f"{statistics.median(r.checkpoints):,.0f}",
+                p50_p99(r.latencies["checkpoint"]),
+                trips,
+                str(r.double_ownership),
+                str(r.stale_accepted),
+            ]
+        )
+    return results
 
 
 # ---- main --------------------------------------------------------------------------
@@ -887,6 +1093,14 @@ async def main() -> int:
         choices=["sqlite", "postgresql"],
         help="run only this backend (repeatable; default both)",
     )
+    parser.add_argument(
+        "--mode",
+        choices=["contended", "uncontended", "both"],
+        default="both",
+        help="the contended phases, the uncontended 32-over-32 rounds, or both (default)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="uncontended rounds (median)")
+    parser.add_argument("--json", help="write the figures and checks here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -898,9 +1112,21 @@ async def main() -> int:
     backends = args.backend or ["sqlite", "postgresql"]
     shapes = [(n, 1) for n in WORKERS] + [(n, 2) for n in SPLIT]
     failed = False
+    steady: dict[str, SteadyResult] = {}
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as tmp:
         try:
-            for backend in backends:
+            if args.mode != "contended":
+                (Path(tmp) / "steady").mkdir()
+                urls = {
+                    "sqlite": f"sqlite:///{tmp}/steady/effects.db",
+                    "postgresql": f"{args.pg_url}?schema={schema}",
+                }
+                steady = await run_steady(backends, urls, args)
+                failed |= any(
+                    r.double_ownership or r.stale_accepted or r.disagreements
+                    for r in steady.values()
+                )
+            for backend in backends if args.mode != "uncontended" else []:
                 for number, (workers, procs) in enumerate(shapes):
                     tag = f"{backend[:2]}{number}"
                     if backend == "sqlite":
@@ -926,6 +1152,63 @@ async def main() -> int:
             if "postgresql" in backends:
                 drop_schema(args.pg_url, schema)
 
+    if steady:
+        print(
+            f"\nUncontended: {STEADY_WORKERS} workers over {STEADY_WORKERS} tasks, one process, "
+            f"claim + {HOLD_CHECKPOINTS} checkpoints + release per hold; median of "
+            f"{args.rounds} rounds of {args.seconds} s (after a 1 s warm-up); "
+            "round trips per store command counted at the driver"
+        )
+        table(
+            [
+                "backend",
+                "claims+checkpoints/s",
+                "spread",
+                "claims/s",
+                "claim ms",
+                "checkpoints/s",
+                "checkpoint ms",
+                "round trips / command",
+                "double ownership",
+                "stale writes accepted",
+            ],
+            STEADY_ROWS,
+            right_from=1,
+        )
+    if ROWS:
+        contended_tables(args)
+    out = Output("stores")
+    if pg := steady.get("postgresql"):
+        rate = statistics.median(pg.rates)
+        out.check(
+            "shared PostgreSQL store: claims+checkpoints/s, 32 workers over 32 tasks",
+            f"{rate:,.0f}/s ({min(pg.rates):,.0f}-{max(pg.rates):,.0f})",
+            "≥ 3,000/s",
+            rate >= 3000,
+        )
+        out.check(
+            "shared PostgreSQL store: double owners / stale writes accepted",
+            f"{pg.double_ownership} / {pg.stale_accepted}",
+            "0",
+            pg.double_ownership == 0 and pg.stale_accepted == 0,
+        )
+        out.check(
+            "shared PostgreSQL store: round trips per command",
+            f"{pg.round_trips / pg.commands:.2f} ({pg.round_trips:,} for {pg.commands:,})",
+            "report the figure",
+            None,
+        )
+        out.figures["postgresql_uncontended"] = asdict(pg) | {"latencies": None}
+    if steady:
+        out.print_checks()
+    out.write(args.json)
+    elapsed = time.perf_counter() - began
+    verdict_line = "FAILED: see the problems above" if failed else "OK"
+    print(f"\n{verdict_line} (whole run {elapsed:.0f} s)")
+    return 1 if failed else 0
+
+
+def contended_tables(args: argparse.Namespace) -> None:
     print(
         f"\nM = {args.tasks} tasks, ttl {args.ttl} s, {args.seconds} s per phase; "
         "rates are accepted operations per second, latencies p50 / p99 in ms over every call"
@@ -951,7 +1234,7 @@ async def main() -> int:
         "\nclaims: granted / lease_held; holds ended: released / walked away / zombie; "
         "takeovers: a worker over its own lease; lost: taken over while heartbeating; "
         "late: writes accepted past expiry with no newer claim (allowed); "
-        "fenced zombies: deliberate stale attempts refused / made; "
+        "fenced zombies: deliberate stale attempts refused / made (+ own outcomes accepted); "
         "refusals: StaleGeneration answers (= the store's fence log)"
     )
     table(
@@ -973,10 +1256,6 @@ async def main() -> int:
         DETAILS,
         right_from=1,
     )
-    elapsed = time.perf_counter() - began
-    verdict_line = "FAILED: see the problems above" if failed else "OK"
-    print(f"\n{verdict_line} (whole run {elapsed:.0f} s)")
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":

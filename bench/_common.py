@@ -1,0 +1,145 @@
+"""Helpers the benchmarks share (not a benchmark itself; ``bench/all.py`` skips it).
+
+* ``Sample`` / ``spread``: one figure per round, reported as the median and min-max;
+* ``Check``: one line of ``./run bench all``'s table (path, figure, target, met?), which
+  every benchmark writes with ``--json PATH`` next to its rows;
+* ``rss_mib``, ``listening_port``, ``fdatasync_p50_ms``: what the benches read from /proc
+  and the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of ``values``, nearest rank."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(len(ordered) * q) - 1)]
+
+
+@dataclass
+class Sample:
+    """One figure measured once per round: its median and spread."""
+
+    values: list[float] = field(default_factory=list)
+
+    def add(self, value: float) -> None:
+        self.values.append(value)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else float("nan")
+
+    def spread(self, fmt: str = ",.0f") -> str:
+        """``min-max`` of the rounds, e.g. ``480-530``."""
+        if not self.values:
+            return "-"
+        return f"{min(self.values):{fmt}}-{max(self.values):{fmt}}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One figure against its target, as ``./run bench all`` prints it."""
+
+    path: str
+    figure: str
+    target: str
+    met: bool | None  # None: a figure to report, with no pass mark
+
+
+@dataclass
+class Output:
+    """What a benchmark writes with ``--json``: its checks and its raw figures."""
+
+    bench: str
+    checks: list[Check] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, path: str, figure: str, target: str, met: bool | None) -> None:
+        self.checks.append(Check(path, figure, target, None if met is None else bool(met)))
+
+    def print_checks(self) -> None:
+        print("\n| path | figure | target | met? |")
+        print("|---|---|---|---|")
+        for c in self.checks:
+            print(f"| {c.path} | {c.figure} | {c.target} | {met_text(c.met)} |")
+
+    def write(self, path: str | None) -> None:
+        if path:
+            Path(path).write_text(
+                json.dumps(
+                    {
+                        "bench": self.bench,
+                        "checks": [asdict(c) for c in self.checks],
+                        "figures": self.figures,
+                    },
+                    indent=1,
+                )
+            )
+
+
+def met_text(met: bool | None) -> str:
+    return "-" if met is None else "yes" if met else "no"
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def listening_port(pid: int) -> int | None:
+    """The TCP port process ``pid`` listens on, read from /proc (mitmdump -q prints none)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = fd.readlink().as_posix()
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+            return int(fields[1].split(":")[1], 16)
+    return None
+
+
+def fdatasync_p50_ms(directory: Path, times: int = 200) -> float:
+    """Median of ``times`` (write 512 bytes + os.fdatasync) on a small file in ``directory``:
+    what one durable commit costs at least on that disk."""
+    path = directory / "fdatasync-probe"
+    took: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for i in range(times):
+            os.pwrite(fd, b"x" * 512, (i % 8) * 512)
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            took.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return statistics.median(took) * 1e3
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def paired(a: list[float], b: list[float]) -> Sample:
+    """Per-round ratios ``a[i] / b[i]`` of two figures measured side by side in each round:
+    steadier than the ratio of their medians when the machine's load moves between rounds
+    (both sides of a pair ran seconds apart)."""
+    return Sample([ratio(x, y) for x, y in zip(a, b, strict=True)])
