@@ -61,7 +61,7 @@ from pathlib import Path
 
 from _common import Output, Sample, paired
 
-from sidecar.rulepacks import packs_dir
+from sidecar.rules.packs import packs_dir
 from sidecar.testing.pgcluster import unprivileged_user
 from sidecar.testing.processes import Child
 

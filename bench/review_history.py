@@ -22,10 +22,10 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-from sidecar.clock import ManualClock, SystemClock
 from sidecar.domain import settling
 from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.errors import StaleGeneration
+from sidecar.runtime.clock import ManualClock, SystemClock
 from sidecar.store import Store, create_store
 from sidecar.store.settle import landing_of, resolve_effect
 

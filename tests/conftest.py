@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sidecar.clock import ManualClock
+from sidecar.runtime.clock import ManualClock
 from sidecar.store import Store, create_store
 from tests.support.postgres import server_url, unreachable
 

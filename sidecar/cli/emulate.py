@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from sidecar import logs
 from sidecar.cli.options import add_deprecated_alias, deprecated
 from sidecar.errors import ConfigError
+from sidecar.runtime import logs
 
 DEFAULT_GITHUB_LISTEN = "127.0.0.1:7310"
 
@@ -81,7 +81,7 @@ def register(verbs: Any) -> None:
 def run_github(args: argparse.Namespace) -> int:
     from sidecar.emulators import github  # noqa: PLC0415 - only this verb needs it
     from sidecar.emulators.faults import Late  # noqa: PLC0415
-    from sidecar.tls import server_context  # noqa: PLC0415
+    from sidecar.runtime.tls import server_context  # noqa: PLC0415
 
     data_dir = deprecated(args, "--data", args.data_dir)
     if data_dir is None:

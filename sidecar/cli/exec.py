@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sidecar import config, logs, worker
+from sidecar import config
+from sidecar.agent import worker
 from sidecar.cli.control_client import control_url
 from sidecar.cli.options import add_config_option, add_deprecated_alias, deprecated
 from sidecar.config import DEFAULT_CONTROL_LISTEN
 from sidecar.errors import ConfigError, LeaseHeld, SidecarUnreachable
+from sidecar.runtime import logs
 
 
 def register(verbs: Any) -> None:

@@ -22,7 +22,6 @@ from urllib.parse import quote
 from sidecar.cli import lifecycle, tables
 from sidecar.cli.control_client import ControlClient, add_control_options
 from sidecar.cli.options import add_store_options, settings
-from sidecar.clock import SystemClock
 from sidecar.control.schemas import (
     CheckpointOut,
     EffectOut,
@@ -33,6 +32,7 @@ from sidecar.control.schemas import (
     with_trails,
 )
 from sidecar.errors import ConfigError, NotFound
+from sidecar.runtime.clock import SystemClock
 from sidecar.store import Store, create_store
 from sidecar.store.base import TASK_STATES, TaskFilter
 

@@ -29,10 +29,10 @@ from urllib.parse import quote
 from sidecar.cli.control_client import ControlClient, add_control_options
 from sidecar.cli.options import add_store_options, settings
 from sidecar.cli.resolve import default_by
-from sidecar.clock import SystemClock
 from sidecar.control.schemas import EffectOut, MarkOut
 from sidecar.domain.model import EffectEvent
 from sidecar.errors import ConfigError
+from sidecar.runtime.clock import SystemClock
 from sidecar.store import Store, create_store
 from sidecar.store.base import EffectFilter
 from sidecar.store.commands import Pruned

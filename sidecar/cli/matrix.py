@@ -15,8 +15,8 @@ from sidecar.errors import ConfigError
 from sidecar.matrix.faults import FAULTS, chosen
 from sidecar.matrix.run import Plan, run, summary
 from sidecar.matrix.stack import Setup
-from sidecar.rulepacks import default_rule_paths
 from sidecar.rules import load_rules
+from sidecar.rules.packs import default_rule_paths
 
 DEFAULT_JOBS = 4
 

@@ -27,8 +27,8 @@ from sidecar.control.schemas import EffectOut
 from sidecar.control.settle import ResolveOut
 from sidecar.domain import settling
 from sidecar.errors import ConfigError
-from sidecar.rulepacks import default_rule_paths
 from sidecar.rules import load_rules
+from sidecar.rules.packs import default_rule_paths
 from sidecar.store import create_store
 from sidecar.store.settle import landing_of, resolve_effect
 

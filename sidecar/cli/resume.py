@@ -21,7 +21,6 @@ from urllib.parse import quote
 
 from sidecar.cli.control_client import ControlClient, add_control_options
 from sidecar.cli.options import add_store_options, settings
-from sidecar.clock import SystemClock
 from sidecar.errors import ConfigError
 from sidecar.proxy.exchange import unsendable_header
 from sidecar.proxy.routes import Routes
@@ -29,8 +28,9 @@ from sidecar.proxy.upstream import Upstream
 from sidecar.resume.checklist import run_checklist
 from sidecar.resume.model import Report, Status
 from sidecar.resume.probing import Prober
-from sidecar.rulepacks import default_rule_paths
 from sidecar.rules import load_rules
+from sidecar.rules.packs import default_rule_paths
+from sidecar.runtime.clock import SystemClock
 from sidecar.store import StoreInfo, create_store
 
 _MARK = {

@@ -19,12 +19,12 @@ from urllib.parse import urlsplit, urlunsplit
 from sidecar.cli import lifecycle
 from sidecar.cli.control_client import ControlClient, add_control_options
 from sidecar.cli.options import add_store_options, settings
-from sidecar.clock import SystemClock
 from sidecar.errors import ConfigError
 from sidecar.review import report_html, report_text
 from sidecar.review.collect import collect
 from sidecar.review.figures import Review
 from sidecar.review.proof import ControlTarget, StoreTarget, prove_fencing
+from sidecar.runtime.clock import SystemClock
 from sidecar.store import create_store
 
 

@@ -158,7 +158,7 @@ def run_explain(args: argparse.Namespace) -> int:
         parser.error("give either METHOD URL or --sql TEXT, not both")
     paths = args.rules
     if not paths:
-        from sidecar.rulepacks import default_rule_paths  # noqa: PLC0415
+        from sidecar.rules.packs import default_rule_paths  # noqa: PLC0415
 
         paths = default_rule_paths()
     report = check_rules(paths)

@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from sidecar import logs
 from sidecar.cli.options import add_store_options, settings
 from sidecar.config import DEFAULT_CONTROL_LISTEN, DEFAULT_PG_LISTEN, DEFAULT_PROXY_LISTEN
+from sidecar.runtime import logs
 
 
 def register(verbs: Any) -> None:
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     )
     logs.configure(chosen.log_level)
     # The whole sidecar, imported only when it runs: other verbs start faster.
-    from sidecar import server  # noqa: PLC0415
+    from sidecar.serve import server  # noqa: PLC0415
 
     asyncio.run(server.serve(chosen))
     return 0

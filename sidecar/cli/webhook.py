@@ -8,8 +8,8 @@ import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sidecar import logs
 from sidecar.errors import ConfigError
+from sidecar.runtime import logs
 
 if TYPE_CHECKING:
     from sidecar.kube.selfsigned import SelfSignedTLS

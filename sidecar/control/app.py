@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from sidecar.clock import Clock, SystemClock
 from sidecar.control import (
     console,
     history,
@@ -32,9 +31,10 @@ from sidecar.control.keys import (
     ProxyInfo,
 )
 from sidecar.control.problems import problem_middleware
-from sidecar.metrics import Metrics
-from sidecar.readiness import Readiness
 from sidecar.rules import RuleSet
+from sidecar.runtime.clock import Clock, SystemClock
+from sidecar.runtime.metrics import Metrics
+from sidecar.serve.readiness import Readiness
 from sidecar.store import Store
 
 # 1 MiB of JSON is far more than any checkpoint should carry; larger bodies get a 413.

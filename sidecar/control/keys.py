@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from sidecar.clock import Clock
-from sidecar.metrics import Metrics
 from sidecar.proxy.exchange import Sender
-from sidecar.readiness import Readiness
 from sidecar.rules import RuleSet
+from sidecar.runtime.clock import Clock
+from sidecar.runtime.metrics import Metrics
+from sidecar.serve.readiness import Readiness
 from sidecar.store import Store
 
 STORE = web.AppKey("store", Store)

@@ -15,7 +15,7 @@ from sidecar.control.pages import QUERY_PARAMETERS
 from sidecar.control.schemas import Problem
 from sidecar.domain.ids import TASK_PATTERN
 from sidecar.errors import InvalidRequest, SidecarError
-from sidecar.problems import PROBLEM_JSON
+from sidecar.runtime.problems import PROBLEM_JSON
 
 _REF = "#/components/schemas/{model}"
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from sidecar.errors import SidecarError, Unavailable
-from sidecar.problems import PROBLEM_JSON, error_body, problem_body
+from sidecar.runtime.problems import PROBLEM_JSON, error_body, problem_body
 
 log = logging.getLogger("sidecar.control")
 

@@ -18,8 +18,8 @@ import yaml
 from sidecar.matrix.faults import chosen
 from sidecar.matrix.run import Plan, run, summary
 from sidecar.matrix.stack import Setup
-from sidecar.rulepacks import packs_dir
 from sidecar.rules import load_rules
+from sidecar.rules.packs import packs_dir
 from sidecar.testing.github import REPO, start_emulator
 from sidecar.testing.processes import Child
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from sidecar.agent.trust import PG_CHANNEL_BINDING, TRUST_VARIABLES
 from sidecar.kube import annotations as notes
 from sidecar.kube.config import InjectConfig
-from sidecar.trust import PG_CHANNEL_BINDING, TRUST_VARIABLES
 
 SIDECAR = "effect-sidecar"
 REDIRECT = "effect-sidecar-redirect"

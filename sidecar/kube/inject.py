@@ -30,7 +30,7 @@ What an injected pod gets:
   ``/readyz`` answers 200 only once the CA bundle is written, the proxy's gate is open,
   the PostgreSQL relay listens, the task's lease is held (a new pod waits out the lease
   of the one it replaces) and the store took a durable test write
-  (:mod:`sidecar.readiness`). Fallback (``effect-sidecar.io/native-sidecar: "false"`` or
+  (:mod:`sidecar.serve.readiness`). Fallback (``effect-sidecar.io/native-sidecar: "false"`` or
   ``native_sidecar: false``): the FIRST regular container, with a ``postStart`` hook that
   polls ``/readyz``; kubelet starts the next container only when that hook returns. **A
   Job does not complete by itself in that shape**: the pod ends only when every container
@@ -98,6 +98,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sidecar
+from sidecar.agent.trust import TRUST_VARIABLES
 from sidecar.errors import InvalidInjection
 from sidecar.kube import annotations as notes
 from sidecar.kube import shape
@@ -120,7 +121,6 @@ from sidecar.kube.containers import (
     sidecar_container,
     volume_names,
 )
-from sidecar.trust import TRUST_VARIABLES
 
 _TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "Pod": (),

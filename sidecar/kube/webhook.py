@@ -49,7 +49,7 @@ from sidecar.errors import ConfigError, InvalidInjection, InvalidRequest
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.inject import inject
 from sidecar.kube.shape import describe
-from sidecar.tls import server_context
+from sidecar.runtime.tls import server_context
 
 log = logging.getLogger("sidecar.kube.webhook")
 

@@ -1,6 +1,6 @@
 """The faults ``sidecar matrix`` injects, and the rows of the seed's matrix they stand for.
 
-Each fault lands at one named step (a failpoint, :mod:`sidecar.failpoints`) of one
+Each fault lands at one named step (a failpoint, :mod:`sidecar.runtime.failpoints`) of one
 effect: the HTTP point for requests and git pushes, the SQL point for statements.  What
 happens there is one of five actions, each a real signal to a real process (or a real
 lock on the store's file):

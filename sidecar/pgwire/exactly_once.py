@@ -34,10 +34,8 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from sidecar import failpoints
 from sidecar.domain.model import EffectState
 from sidecar.errors import SidecarError, StaleGeneration
-from sidecar.metrics import Metrics
 from sidecar.pgwire import messages, records, redaction
 from sidecar.pgwire.codec import Message
 from sidecar.pgwire.mirror import Done, LogMirror, Mirrors
@@ -49,6 +47,8 @@ from sidecar.recording.recorder import Recorder
 from sidecar.rules import EffectKind, RuleSet
 from sidecar.rules.matcher import SqlRuleMatch
 from sidecar.rules.sql import NO_TRANSACTION, Statement, split
+from sidecar.runtime import failpoints
+from sidecar.runtime.metrics import Metrics
 from sidecar.store import Store
 
 log = logging.getLogger("sidecar.pgwire")

@@ -27,7 +27,6 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.aio import spawn
 from sidecar.domain.model import Effect, EffectState
 from sidecar.errors import EffectExists, SidecarError, StaleGeneration
 from sidecar.pgwire.codec import Message
@@ -37,6 +36,7 @@ from sidecar.recording.bindings import Binding
 from sidecar.recording.recorder import Recorder
 from sidecar.rules.matcher import SqlRuleMatch
 from sidecar.rules.sql import Statement
+from sidecar.runtime.aio import spawn
 
 log = logging.getLogger("sidecar.pgwire")
 

@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 
 from sidecar.config import Settings, parse_listen
 from sidecar.control.keys import ProxyInfo
-from sidecar.metrics import Metrics
 from sidecar.pgwire.codec import BackendReader, FrontendReader
 from sidecar.pgwire.exactly_once import PgEffects
 from sidecar.pgwire.mirror import Mirrors
@@ -24,6 +23,7 @@ from sidecar.pgwire.tls import RelayCertificates
 from sidecar.proxy.ca import Authority
 from sidecar.recording.bindings import Bindings, BindRequest
 from sidecar.rules import RuleSet
+from sidecar.runtime.metrics import Metrics
 from sidecar.store import Store
 
 type Step = Callable[[], Awaitable[None]]

@@ -30,8 +30,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from mitmproxy import certs
 
+from sidecar.agent.trust import TRUST_VARIABLES
 from sidecar.errors import ConfigError
-from sidecar.trust import TRUST_VARIABLES
 
 log = logging.getLogger("sidecar.proxy.ca")
 

@@ -41,11 +41,11 @@ from mitmproxy.addons import (
 )
 from mitmproxy.master import Master
 
-from sidecar.aio import spawn
 from sidecar.errors import ConfigError
 from sidecar.proxy import body_limit
 from sidecar.proxy.routes import Routes
 from sidecar.rules import RuleSet
+from sidecar.runtime.aio import spawn
 
 log = logging.getLogger("sidecar.proxy")
 

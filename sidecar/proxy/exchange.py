@@ -13,9 +13,9 @@ from typing import Protocol
 from yarl import URL
 
 from sidecar.errors import SidecarError, Unavailable
-from sidecar.problems import PROBLEM_JSON, error_body
 from sidecar.proxy.upstream import Reply
 from sidecar.rules.facts import HttpRequestFacts
+from sidecar.runtime.problems import PROBLEM_JSON, error_body
 
 type Headers = tuple[tuple[str, str], ...]
 

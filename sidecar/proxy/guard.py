@@ -32,9 +32,6 @@ from datetime import datetime
 
 from yarl import URL
 
-from sidecar import failpoints
-from sidecar.aio import spawn
-from sidecar.clock import Clock
 from sidecar.domain.effects import abandonment, absence_proven_at
 from sidecar.domain.ids import idempotency_key
 from sidecar.domain.model import Effect, EffectState, RecordedResponse
@@ -51,7 +48,6 @@ from sidecar.errors import (
     TaskUnbound,
     UpstreamFailed,
 )
-from sidecar.metrics import Metrics
 from sidecar.proxy.codecs import Codec, Content, Described, GitPushCodec, HttpCodec, codec_for
 from sidecar.proxy.exchange import AgentRequest, Answer, Sender, refusal, unsendable_header
 from sidecar.proxy.redact import (
@@ -65,6 +61,10 @@ from sidecar.recording.bindings import Binding, Bindings
 from sidecar.recording.recorder import Recorder
 from sidecar.rules import EffectKind, OnDivergence, OnUnknown, RuleMatch, RuleSet
 from sidecar.rules.model import Rule
+from sidecar.runtime import failpoints
+from sidecar.runtime.aio import spawn
+from sidecar.runtime.clock import Clock
+from sidecar.runtime.metrics import Metrics
 from sidecar.store import Store
 from sidecar.store.observed import Announce
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sidecar.clock import Clock
 from sidecar.domain.model import Claim, TaskState
 from sidecar.errors import LeaseExpiring, NotFound, SidecarError, StaleGeneration, TaskUnbound
+from sidecar.runtime.clock import Clock
 from sidecar.store import Store, WriteObserver
 from sidecar.store.commands import Command, Heartbeat, Release
 

@@ -14,11 +14,11 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from sidecar.aio import spawn
 from sidecar.domain.text import scrubbed_text
 from sidecar.errors import SidecarError, StaleGeneration, StoreUnavailable
-from sidecar.metrics import Metrics
 from sidecar.recording.bindings import Binding, Bindings, BindRequest
+from sidecar.runtime.aio import spawn
+from sidecar.runtime.metrics import Metrics
 from sidecar.store import Store
 
 log = logging.getLogger("sidecar.effects")

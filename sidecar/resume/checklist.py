@@ -29,13 +29,13 @@ import json
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from sidecar.clock import Clock
 from sidecar.domain.model import Effect, EffectState, TaskView
 from sidecar.errors import NotFound, SidecarError
 from sidecar.resume import judge
 from sidecar.resume.model import EffectCheck, Found, Next, Probed, Report, Status, Step, Verdict
 from sidecar.resume.probing import Prober
 from sidecar.rules import RuleSet
+from sidecar.runtime.clock import Clock
 from sidecar.store import Store, StoreInfo
 
 OUTPUTS_SHOWN = 600  # characters of a checkpoint's outputs in the evidence

@@ -22,12 +22,12 @@ from typing import Protocol
 from urllib.parse import quote
 
 from sidecar.cli.control_client import ControlClient
-from sidecar.clock import SystemClock
 from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.errors import SidecarError, StaleGeneration
 from sidecar.review import SCRATCH_PREFIX
 from sidecar.review.figures import FenceProof, Latency
 from sidecar.review.tally import percentiles
+from sidecar.runtime.clock import SystemClock
 from sidecar.store import Store
 
 WORKER = "sidecar-review"

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sidecar.clock import Clock
 from sidecar.domain.ids import new_attempt_id
 from sidecar.errors import ConfigError
+from sidecar.runtime.clock import Clock
 from sidecar.store.base import Store, StoreInfo, WriteObserver
 from sidecar.store.memory import MemoryStore
 from sidecar.store.sqlite import SQLiteStore

@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sidecar.aio import spawn
 from sidecar.errors import SidecarError, StoreUnavailable, UnstorableValue
+from sidecar.runtime.aio import spawn
 from sidecar.store.batch import Work
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from sidecar.clock import Clock, SystemClock
 from sidecar.domain.ids import new_attempt_id
 from sidecar.domain.model import (
     AgentExit,
@@ -24,6 +23,7 @@ from sidecar.domain.model import (
     TaskState,
     TaskView,
 )
+from sidecar.runtime.clock import Clock, SystemClock
 from sidecar.store.base import EffectFilter, StageRow, Store, StoreInfo, TaskFilter
 from sidecar.store.commands import Command, Context
 

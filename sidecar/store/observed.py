@@ -13,13 +13,13 @@ from typing import Any
 
 from sidecar.domain.model import Claim
 from sidecar.errors import EffectExists, LeaseHeld, SidecarError, StaleGeneration
-from sidecar.metrics import Metrics
+from sidecar.runtime.metrics import Metrics
 from sidecar.store.base import WriteObserver
 from sidecar.store.commands import AppendCheckpoint, Command, FencedCommand
 
 log = logging.getLogger("sidecar.store")
 
-# (event, fields): see sidecar.notify.
+# (event, fields): see sidecar.serve.notify.
 type Announce = Callable[[str, Mapping[str, Any]], None]
 
 

@@ -34,9 +34,9 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from sidecar.clock import Clock, SystemClock
 from sidecar.domain.ids import new_attempt_id
 from sidecar.errors import ConfigError, SidecarError, StoreUnavailable, UnstorableValue
+from sidecar.runtime.clock import Clock, SystemClock
 from sidecar.store import rows, sqlfiles
 from sidecar.store.base import StoreInfo
 from sidecar.store.batch import Batch, Probe, Work, changes, wanted

@@ -25,9 +25,9 @@ from typing import Any
 
 import aiosqlite
 
-from sidecar.clock import Clock, SystemClock
 from sidecar.domain.ids import new_attempt_id
 from sidecar.errors import ConfigError, StoreUnavailable
+from sidecar.runtime.clock import Clock, SystemClock
 from sidecar.store import sqlfiles
 from sidecar.store.base import StoreInfo
 from sidecar.store.batch import Probe, Work

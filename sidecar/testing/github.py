@@ -23,7 +23,7 @@ from typing import Any
 
 import requests
 
-from sidecar.rulepacks import packs_dir
+from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
 
 TASK = "312"

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.isolation import netns
-from sidecar.rulepacks import packs_dir
+from sidecar.agent.isolation import netns
+from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
 from sidecar.testing.stack import Stack
 from tests.acceptance.conftest import REPO

@@ -111,3 +111,18 @@ def test_no_doc_names_the_spec_outside_the_repository() -> None:
 def test_readme_stays_a_few_screens() -> None:
     lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
     assert lines <= 200, f"README.md has {lines} lines; move detail to docs/"
+
+
+def test_the_layout_names_every_part_of_the_package() -> None:
+    """docs/layout.md's tree and ``ls sidecar/`` agree, both ways."""
+    text = (REPO / "docs" / "layout.md").read_text()
+    tree = text[text.index("```\nsidecar/") : text.index("```", text.index("```\nsidecar/") + 3)]
+    listed = set(re.findall(r"^  ([a-z_]+(?:/|\.py))", tree, re.MULTILINE))
+    present = {
+        f"{p.name}/" if p.is_dir() else p.name
+        for p in (REPO / "sidecar").iterdir()
+        if not p.name.startswith("__") and (p.is_dir() or p.suffix == ".py")
+    }
+    assert listed == present, (
+        f"only in the layout: {listed - present}; only in sidecar/: {present - listed}"
+    )

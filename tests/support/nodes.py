@@ -34,7 +34,7 @@ import psycopg
 import requests
 
 from sidecar.domain.model import FenceRefusal
-from sidecar.rulepacks import packs_dir
+from sidecar.rules.packs import packs_dir
 from sidecar.store import create_store
 from sidecar.testing.github import REPO, TASK, call, outside_world, start_emulator
 from sidecar.testing.processes import Child, ProcessFailed

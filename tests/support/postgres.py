@@ -31,7 +31,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 
-from sidecar.rulepacks import packs_dir
+from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
 
 TASK = "312"

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from sidecar.clock import ManualClock
 from sidecar.control.app import make_app
-from sidecar.metrics import Metrics
+from sidecar.runtime.clock import ManualClock
+from sidecar.runtime.metrics import Metrics
 from sidecar.store.memory import MemoryStore
 from sidecar.store.observed import MetricsObserver
 from tests.conftest import sequential_ids

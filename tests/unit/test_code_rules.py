@@ -3,7 +3,7 @@
 * every module of ``sidecar/`` has tests that name it: some file under ``tests/``
   imports it by its dotted name, or a test module in the mirrored folder is named
   after it (``tests/<layer>/<package path>/test_<module>[_<more>].py``);
-* background tasks are started through :func:`sidecar.aio.spawn` (named, held, their
+* background tasks are started through :func:`sidecar.runtime.aio.spawn` (named, held, their
   death logged), not ``asyncio.create_task`` / ``asyncio.ensure_future`` /
   ``loop.create_task`` - except where the task is awaited (or cancelled and awaited) in
   the same function, or held and awaited by an owner that says so below.
@@ -67,15 +67,15 @@ ALLOW_LIST: dict[str, str] = {
     "sidecar.emulators.github.server": EMULATOR,
     "sidecar.emulators.github.shapes": EMULATOR,
     "sidecar.emulators.github.state": EMULATOR,
-    "sidecar.isolation.forward": "exec's forwarder into the namespace; test_exec_isolation.py",
+    "sidecar.agent.isolation.forward": "exec's namespace forwarder; test_exec_isolation.py",
     "sidecar.kube.annotations": "pod annotations, through kube.inject: unit/kube/test_inject.py",
     "sidecar.kube.shape": "pod shape checks, through kube.inject: tests/unit/kube/test_inject.py",
-    "sidecar.logs": "the processes' JSON logs, which the acceptance tests read",
+    "sidecar.runtime.logs": "the processes' JSON logs, which the acceptance tests read",
     "sidecar.matrix.run": f"the matrix runner, {PROCESS} (tests/acceptance/matrix)",
     "sidecar.matrix.stack": f"the matrix's processes, {PROCESS} (tests/acceptance/matrix)",
     "sidecar.pgwire.ordinals": "n-th run keys; unit/pgwire/test_exactly_once.py repeats statements",
     "sidecar.pgwire.records": "the record's SQL; unit/pgwire/test_exactly_once.py reads its table",
-    "sidecar.problems": "problem texts of the proxy and the control API, asserted through both",
+    "sidecar.runtime.problems": "problem texts of the proxy and the control API, through both",
     "sidecar.proxy.addons.router": f"mitmproxy routing addon, {PROCESS} (tests/acceptance/proxy)",
     "sidecar.review.charts": "the report's charts; unit/control/test_review_report_route.py",
     "sidecar.review.collect": "the report's reads; test_review_report_route.py, review process",
@@ -88,18 +88,18 @@ ALLOW_LIST: dict[str, str] = {
     "sidecar.store.sql_reads": "the SQL stores' reads; store/test_store_behaviour.py per backend",
     "sidecar.testing.torture_agent": "a test agent; run by testing.torture (proxy/test_torture.py)",
     "sidecar.testing.upstream": "a test upstream; run as a process by sidecar.testing.stack",
-    "sidecar.tls": "server TLS contexts; emulators/test_github_tls.py and the kube webhook tests",
+    "sidecar.runtime.tls": "server TLS contexts; emulators/test_github_tls.py, kube webhook tests",
 }
 
 #: ``(file, function) -> (how many task starts, why)``: tasks started outside spawn.
 TASK_EXCEPTIONS: dict[tuple[str, str], tuple[int, str]] = {
-    ("sidecar/isolation/forward.py", "Forwarder._serve.tracked"): (
+    ("sidecar/agent/isolation/forward.py", "Forwarder._serve.tracked"): (
         1, "a task per connection, held in Forwarder._tasks, cancelled and awaited on close",
     ),
-    ("sidecar/isolation/forward.py", "_DnsRelay.datagram_received"): (
+    ("sidecar/agent/isolation/forward.py", "_DnsRelay.datagram_received"): (
         1, "a task per DNS query, held in the protocol's task set",
     ),
-    ("sidecar/worker.py", "_run_agent"): (2, "heartbeats and the child's wait, awaited here"),
+    ("sidecar/agent/worker.py", "_run_agent"): (2, "heartbeats and the child's wait, awaited here"),
     ("sidecar/emulators/github/git_http.py", "_backend"): (
         2, "git's stdin feed and stderr read, awaited in the same function",
     ),
@@ -210,11 +210,11 @@ class _TaskStarts(ast.NodeVisitor):
 
 
 def task_starts() -> dict[tuple[str, str], list[str]]:
-    """``(file, function) -> ["file:line: call", ...]`` outside sidecar/aio.py."""
+    """``(file, function) -> ["file:line: call", ...]`` outside sidecar/runtime/aio.py."""
     starts: dict[tuple[str, str], list[str]] = {}
     for path in sorted(SOURCE.rglob("*.py")):
         relative = str(path.relative_to(ROOT))
-        if relative == "sidecar/aio.py":
+        if relative == "sidecar/runtime/aio.py":
             continue
         visitor = _TaskStarts()
         visitor.visit(ast.parse(path.read_text(), relative))
@@ -230,7 +230,8 @@ def test_background_tasks_are_started_through_aio_spawn():
         if len(calls) > allowed:
             wrong += calls
     assert not wrong, (
-        "start background tasks with sidecar.aio.spawn(coro, name=...) - it names the task, "
+        "start background tasks with sidecar.runtime.aio.spawn(coro, name=...) - it names "
+        "the task, "
         "holds a reference and logs its death; a task awaited in the same function may be "
         "listed in TASK_EXCEPTIONS with the reason:\n  " + "\n  ".join(wrong)
     )

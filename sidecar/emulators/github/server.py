@@ -46,7 +46,8 @@ async def serve(
     late: Sequence[Late] = (),
     tls: ssl.SSLContext | None = None,
 ) -> None:
-    """Serve until SIGTERM/SIGINT; over TLS with ``tls`` (:func:`sidecar.tls.server_context`)."""
+    """Serve until SIGTERM/SIGINT; over TLS with ``tls``
+    (:func:`sidecar.runtime.tls.server_context`)."""
     host, port = parse_listen(listen)
     sock = _bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]

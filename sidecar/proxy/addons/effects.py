@@ -22,7 +22,6 @@ from mitmproxy import http
 from mitmproxy.utils.strutils import always_bytes
 
 from sidecar.errors import PayloadTooLarge, SidecarError, SidecarFault
-from sidecar.metrics import Metrics
 from sidecar.proxy.addons.binder import METADATA
 from sidecar.proxy.body_limit import BodyLimit, answer_before_body, limit_body
 from sidecar.proxy.exchange import AgentRequest, Answer, refusal
@@ -30,6 +29,7 @@ from sidecar.proxy.guard import EffectGuard, fault
 from sidecar.proxy.redact import without_secrets
 from sidecar.rules import RuleMatch, RuleSet
 from sidecar.rules.facts import HttpRequestFacts
+from sidecar.runtime.metrics import Metrics
 
 log = logging.getLogger("sidecar.proxy")
 

@@ -37,7 +37,6 @@ from mitmproxy.proxy import layer, layers
 from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.domain.text import scrubbed
 from sidecar.errors import SidecarError
-from sidecar.metrics import Metrics
 from sidecar.proxy.addons.binder import METADATA
 from sidecar.proxy.addons.effects import UNMATCHED, is_guarded, to_response
 from sidecar.proxy.body_limit import answer_before_body
@@ -49,6 +48,7 @@ from sidecar.rules import RuleSet
 from sidecar.rules.facts import HttpRequestFacts
 from sidecar.rules.matcher import fingerprint
 from sidecar.rules.shapes import as_template, request_shape
+from sidecar.runtime.metrics import Metrics
 
 log = logging.getLogger("sidecar.proxy")
 

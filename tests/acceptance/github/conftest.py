@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.rulepacks import packs_dir
+from sidecar.rules.packs import packs_dir
 from sidecar.testing.github import GitHubWorld
 
 

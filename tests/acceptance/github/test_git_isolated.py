@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sidecar.isolation import netns
+from sidecar.agent.isolation import netns
 
 FIXED = "2026-12-01T10:00:00Z"  # both attempts make the very same commit
 

@@ -57,7 +57,7 @@ import pytest
 import requests
 
 from sidecar.kube.redirect import CHAIN, REDIRECT_CHAIN
-from sidecar.rulepacks import packs_dir
+from sidecar.rules.packs import packs_dir
 from sidecar.testing.github import REPO, SOURCE
 from sidecar.testing.pgcluster import SUPERUSER, PgCluster, PgUnavailable
 from sidecar.testing.processes import Child

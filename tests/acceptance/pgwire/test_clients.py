@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from sidecar.rulepacks import packs_dir
+from sidecar.rules.packs import packs_dir
 from tests.acceptance.pgwire.conftest import HERE
 from tests.support.postgres import Attempt, PostgresWorld
 

@@ -20,7 +20,7 @@ import asyncpg
 import psycopg
 import pytest
 
-from sidecar.rulepacks import packs_dir
+from sidecar.rules.packs import packs_dir
 from tests.acceptance.pgwire.conftest import MakeWorld
 from tests.support.postgres import Attempt, PostgresWorld
 

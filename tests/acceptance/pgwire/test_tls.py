@@ -25,7 +25,7 @@ import asyncpg
 import psycopg
 import pytest
 
-from sidecar.rulepacks import packs_dir
+from sidecar.rules.packs import packs_dir
 from sidecar.testing.pgcluster import PgCluster, PgUnavailable
 from tests.acceptance.pgwire.conftest import HERE, events
 from tests.acceptance.pgwire.test_migration_script import MIGRATION, SCHEMA

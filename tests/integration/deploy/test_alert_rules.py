@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from sidecar.metrics import Metrics
+from sidecar.runtime.metrics import Metrics
 
 RULES = Path(__file__).parents[3] / "deploy" / "prometheus" / "effect-sidecar-alerts.yaml"
 

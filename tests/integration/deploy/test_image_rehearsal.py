@@ -42,8 +42,8 @@ from typing import NoReturn
 
 import pytest
 
-from sidecar.rulepacks import default_rule_paths
 from sidecar.rules.loader import load_rules
+from sidecar.rules.packs import default_rule_paths
 from sidecar.testing.processes import Child, ProcessFailed
 
 REPO = Path(__file__).resolve().parents[3]
@@ -710,7 +710,7 @@ def test_venv_links_the_base_python_and_holds_no_pip(image: Image) -> None:
     # compileall: the package's bytecode is there for a read-only root file system.
     package = image.venv / "lib" / f"python{version}" / "site-packages" / "sidecar"
     tag = f"cpython-{version.replace('.', '')}"
-    assert (package / "__pycache__" / f"server.{tag}.pyc").is_file()
+    assert (package / "serve" / "__pycache__" / f"server.{tag}.pyc").is_file()
     assert (package / "store" / "sql").is_dir()
 
 
@@ -720,7 +720,9 @@ def test_rule_packs_are_shipped_where_an_installed_sidecar_looks(image: Image) -
     assert sorted(p.name for p in shipped.iterdir()) == sorted(
         p.name for p in (REPO / "rules").iterdir()
     )
-    probe = "import sidecar, sidecar.rulepacks as r; print(sidecar.__file__); print(r.packs_dir())"
+    probe = (
+        "import sidecar, sidecar.rules.packs as r; print(sidecar.__file__); print(r.packs_dir())"
+    )
     done = image.run(image.exec(["python", "-c", probe]))
     assert done.returncode == 0, done.stderr
     module, packs = done.stdout.splitlines()

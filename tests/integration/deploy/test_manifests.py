@@ -560,7 +560,7 @@ def test_image_final_stage_runs_as_1337_without_compilers() -> None:
     assert "--no-install-recommends" in runs
     assert "useradd --system --uid 1337 --gid 1337" in runs
     assert build_tools(runs) == set()
-    # The shipped rule packs land where an installed sidecar looks (sidecar/rulepacks.py).
+    # The shipped rule packs land where an installed sidecar looks (sidecar/rules/packs.py).
     assert "COPY rules /opt/effect-sidecar/share/effect-sidecar/rules" in builder
 
 

@@ -32,8 +32,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from sidecar.clock import ManualClock
 from sidecar.errors import LeaseHeld, StaleGeneration
+from sidecar.runtime.clock import ManualClock
 from sidecar.store import Store, create_store
 from tests.conftest import drop_schema, scratch_schema, sequential_ids
 from tests.support.postgres import server_url

@@ -7,7 +7,7 @@ from unittest import mock
 
 from sidecar.domain.model import EffectState
 from sidecar.errors import StoreUnavailable
-from sidecar.readiness import Readiness
+from sidecar.serve.readiness import Readiness
 from sidecar.store.memory import MemoryStore
 from tests.unit.conftest import claim
 from tests.unit.control.test_tasks_routes import problem_of

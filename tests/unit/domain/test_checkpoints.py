@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.clock import ManualClock
 from sidecar.domain import checkpoints, leases
 from sidecar.errors import StaleGeneration
+from sidecar.runtime.clock import ManualClock
 
 
 def test_checkpoints_are_numbered_from_one_per_task():

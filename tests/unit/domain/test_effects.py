@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.clock import ManualClock
 from sidecar.domain import effects, leases
 from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.errors import EffectExists, InvalidTransition, StaleGeneration
+from sidecar.runtime.clock import ManualClock
 
 S = EffectState
 

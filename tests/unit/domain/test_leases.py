@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from sidecar.clock import ManualClock
 from sidecar.domain import leases
 from sidecar.domain.model import AttemptEnd, TaskState
 from sidecar.errors import InvalidRequest, LeaseHeld, NotFound, StaleGeneration
+from sidecar.runtime.clock import ManualClock
 
 
 @pytest.fixture

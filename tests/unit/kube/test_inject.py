@@ -8,11 +8,11 @@ import json
 
 import pytest
 
+from sidecar.agent.trust import TRUST_VARIABLES
 from sidecar.errors import InvalidInjection
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.containers import BUNDLE, TOKEN_DIR, TOKEN_VOLUME
 from sidecar.kube.inject import JOB_END_WARNING, inject, kept_trust_warning
-from sidecar.trust import TRUST_VARIABLES
 from tests.unit.kube.manifests import (
     AGENT_POD,
     ALL,

@@ -16,16 +16,16 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from sidecar.clock import SystemClock
 from sidecar.config import Settings
 from sidecar.domain.model import EffectState
-from sidecar.metrics import Metrics
 from sidecar.pgwire import serving
 from sidecar.pgwire.exactly_once import PgEffects
 from sidecar.pgwire.mirror import Mirrors
 from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
 from sidecar.rules.sql import Statement
+from sidecar.runtime.clock import SystemClock
+from sidecar.runtime.metrics import Metrics
 from sidecar.store import Store, create_store
 from tests.support.postgres import ScratchDatabase
 

@@ -2,7 +2,7 @@
 
 The sans-io half feeds random bytes and truncated messages to the readers and to every
 decoder.  The relay half runs a real :class:`~sidecar.pgwire.relay.Relay` (with the
-session :mod:`sidecar.server` wires, with an engine that guards nothing) in front of a fake
+session :mod:`sidecar.serve.server` wires, with an engine that guards nothing) in front of a fake
 PostgreSQL server, and sends it random typed messages after a valid start-up, or random
 bytes instead of one.  Each bad connection must end with PostgreSQL's answer to a
 protocol violation - a FATAL ErrorResponse with SQLSTATE 08P01, then the close - and the

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sidecar.clock import SystemClock
 from sidecar.domain.model import EffectState
 from sidecar.errors import StoreUnavailable
-from sidecar.metrics import Metrics
 from sidecar.pgwire.mirror import Done, LogMirror, Mirrors
 from sidecar.recording.bindings import Binding, Bindings
 from sidecar.recording.recorder import Recorder
 from sidecar.rules.matcher import SqlRuleMatch
 from sidecar.rules.model import Rule
 from sidecar.rules.sql import Statement
+from sidecar.runtime.clock import SystemClock
+from sidecar.runtime.metrics import Metrics
 
 KEY = "seed-order-statuses"
 DDL = {"name": "postgres.ddl", "match": {"sql": {"kind": ["CREATE"]}}, "effect": "non_idempotent"}

@@ -7,8 +7,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sidecar.clock import SystemClock
-from sidecar.metrics import Metrics
 from sidecar.pgwire import redaction
 from sidecar.pgwire.mirror import LogMirror
 from sidecar.pgwire.redaction import normalised, redact
@@ -17,6 +15,8 @@ from sidecar.recording.recorder import Recorder
 from sidecar.rules.matcher import SqlRuleMatch
 from sidecar.rules.model import Rule
 from sidecar.rules.sql import Statement, matches, split
+from sidecar.runtime.clock import SystemClock
+from sidecar.runtime.metrics import Metrics
 
 R = "'[redacted]'"
 

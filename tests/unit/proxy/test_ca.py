@@ -13,9 +13,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from mitmproxy import certs
 
-from sidecar import config, server
+from sidecar import config
 from sidecar.errors import ConfigError
 from sidecar.proxy.ca import CONF_BASENAME, ensure_authority, install_authority
+from sidecar.serve import server
 from tests.support.certs import make_ca, write_ca
 
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from yarl import URL
 
-from sidecar.clock import ManualClock
 from sidecar.domain.model import EffectState
 from sidecar.errors import StoreUnavailable
-from sidecar.metrics import Metrics
 from sidecar.proxy.exchange import AgentRequest
 from sidecar.proxy.guard import EffectGuard
 from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
 from sidecar.rules.facts import HttpRequestFacts
+from sidecar.runtime.clock import ManualClock
+from sidecar.runtime.metrics import Metrics
 from sidecar.store.memory import MemoryStore
 from tests.conftest import sequential_ids
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.clock import ManualClock
 from sidecar.proxy.upstream import UpstreamError
+from sidecar.runtime.clock import ManualClock
 from tests.unit.proxy.test_guard import World, call, make_world, reply, request
 
 RULES = """

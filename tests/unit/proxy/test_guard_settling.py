@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.clock import ManualClock
 from sidecar.domain import settling
 from sidecar.domain.model import EffectState
+from sidecar.runtime.clock import ManualClock
 from sidecar.store.settle import landing_of, resolve_effect
 from tests.unit.proxy.test_guard import World, call, make_world, reply, request
 

@@ -10,7 +10,6 @@ import pytest
 from mitmproxy.test import tflow
 
 from sidecar.errors import ConfigError
-from sidecar.metrics import Metrics
 from sidecar.proxy.addons.binder import METADATA, TaskBinder
 from sidecar.proxy.addons.effects import EffectAddon
 from sidecar.proxy.addons.gate import ReadinessGate
@@ -19,6 +18,7 @@ from sidecar.proxy.redact import REDACTED, request_summary
 from sidecar.proxy.routes import Routes
 from sidecar.recording.bindings import BindRequest
 from sidecar.rules import load_rules
+from sidecar.runtime.metrics import Metrics
 
 
 def test_routes_send_a_host_to_its_target_and_refuse_nonsense():

@@ -11,10 +11,10 @@ from mitmproxy.test import tflow
 
 from sidecar.config import load
 from sidecar.errors import ConfigError
-from sidecar.metrics import OTHER, BoundedLabels, Metrics
 from sidecar.proxy.addons.effects import UNMATCHED
 from sidecar.proxy.addons.uncovered import UncoveredMode, UncoveredWrites
 from sidecar.rules import load_rules
+from sidecar.runtime.metrics import OTHER, BoundedLabels, Metrics
 
 RULES = """\
 rules:

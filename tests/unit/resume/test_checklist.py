@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from sidecar.clock import ManualClock
 from sidecar.domain.model import EffectState
 from sidecar.errors import NotFound
 from sidecar.proxy.redact import request_summary
@@ -19,6 +18,7 @@ from sidecar.resume.model import Found, Next, Verdict
 from sidecar.resume.probing import Prober, rebuild_request
 from sidecar.rules import RuleSet
 from sidecar.rules.model import Rule
+from sidecar.runtime.clock import ManualClock
 from sidecar.store.memory import MemoryStore
 
 RULE = Rule.model_validate(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.rulepacks import default_rule_paths
 from sidecar.rules import EffectKind, HttpRequestFacts, load_rules
+from sidecar.rules.packs import default_rule_paths
 
 PACKS = Path(__file__).resolve().parents[3] / "rules"
 FILES = sorted(PACKS.glob("*.y*ml"))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import worker
+from sidecar.agent import worker
+from sidecar.agent.leasekeeper import Held, LeaseKeeper
 from sidecar.domain.model import AgentExit, Checkpoint
 from sidecar.errors import LeaseHeld
-from sidecar.leasekeeper import Held, LeaseKeeper
 
 AT = datetime(2026, 1, 1, 14, 0, tzinfo=UTC)
 CHECKPOINT = Checkpoint("312", 2, "PATCH_GENERATED", "att-1", 1, {"patch_hash": "abc123"}, AT)

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from sidecar.isolation import jks, resolv
-from sidecar.isolation.rules import REFUSED_PORT, namespace_rules
-from sidecar.leasekeeper import Held
-from sidecar.worker import agent_environment
+from sidecar.agent.isolation import jks, resolv
+from sidecar.agent.isolation.rules import REFUSED_PORT, namespace_rules
+from sidecar.agent.leasekeeper import Held
+from sidecar.agent.worker import agent_environment
 from tests.support import certs
 
 

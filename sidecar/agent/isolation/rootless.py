@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sidecar.isolation import netns
+from sidecar.agent.isolation import netns
 
 SWITCHES = (
     # Debian's and Ubuntu's own switch, and the generic limit (0 turns them off).

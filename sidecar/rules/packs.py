@@ -24,7 +24,7 @@ DEFAULT_PACKS = (
 
 def packs_dir() -> Path:
     for candidate in (
-        Path(__file__).resolve().parent.parent / "rules",
+        Path(__file__).resolve().parents[2] / "rules",  # the source tree: beside sidecar/
         Path(sys.prefix) / "share" / "effect-sidecar" / "rules",
     ):
         if candidate.is_dir():

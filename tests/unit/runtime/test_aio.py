@@ -1,4 +1,4 @@
-"""Background tasks (``sidecar.aio.spawn``): named, kept alive while nobody else holds
+"""Background tasks (``sidecar.runtime.aio.spawn``): named, kept alive while nobody else holds
 them, and never allowed to die silently."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import gc
 import logging
 import weakref
 
-from sidecar.aio import spawn
+from sidecar.runtime.aio import spawn
 
 
 async def test_a_spawned_task_outlives_every_other_reference_to_it():
@@ -39,7 +39,7 @@ async def test_a_task_that_dies_of_an_error_is_logged_by_name(caplog):
         raise RuntimeError("the disk caught fire")
 
     task = spawn(broken(), name="heartbeat:312")
-    with caplog.at_level(logging.ERROR, logger="sidecar.aio"):
+    with caplog.at_level(logging.ERROR, logger="sidecar.runtime.aio"):
         await asyncio.wait({task})
         await asyncio.sleep(0)  # done callbacks run on the next turn of the loop
     (record,) = caplog.records
@@ -55,7 +55,7 @@ async def test_a_cancelled_or_finished_task_is_not_logged(caplog):
     async def quick() -> None:
         return None
 
-    with caplog.at_level(logging.DEBUG, logger="sidecar.aio"):
+    with caplog.at_level(logging.DEBUG, logger="sidecar.runtime.aio"):
         stopped = spawn(forever(), name="stopped")
         done = spawn(quick(), name="done")
         await asyncio.sleep(0)

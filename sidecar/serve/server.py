@@ -7,7 +7,7 @@ in place - so no request is ever handled that could not be recorded.  The chosen
 addresses are printed on one line, ``effect-sidecar ready control=... proxy=... ca=...
 store=...``, so that scripts and tests can use ``:0`` ports.  The control API comes up
 before the rest so that probes get an answer: ``/readyz`` says ``not_ready`` (and what it
-waits for, :mod:`sidecar.readiness`) until the gate is open, the PostgreSQL relay
+waits for, :mod:`sidecar.serve.readiness`) until the gate is open, the PostgreSQL relay
 listens and the ``--task`` lease is held.  The process stops on SIGTERM, SIGINT or
 ``POST /v1/shutdown``.
 """
@@ -23,16 +23,12 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from sidecar.aio import spawn
-from sidecar.clock import SystemClock
+from sidecar.agent.leasekeeper import LeaseKeeper, StoreLeases
 from sidecar.config import Settings, parse_listen
 from sidecar.control.app import make_app
 from sidecar.control.auth import is_loopback
 from sidecar.control.keys import UPSTREAM, ProxyInfo
 from sidecar.errors import ConfigError, SidecarError, StoreUnavailable
-from sidecar.leasekeeper import LeaseKeeper, StoreLeases
-from sidecar.metrics import Metrics
-from sidecar.notify import Notifier
 from sidecar.proxy.addons import (
     EffectAddon,
     ReadinessGate,
@@ -47,10 +43,14 @@ from sidecar.proxy.embed import EmbeddedProxy, interception_hosts
 from sidecar.proxy.guard import EffectGuard
 from sidecar.proxy.routes import Routes
 from sidecar.proxy.upstream import Upstream
-from sidecar.readiness import Readiness
 from sidecar.recording.bindings import Bindings
-from sidecar.rulepacks import default_rule_paths
 from sidecar.rules import RuleSet, load_rules
+from sidecar.rules.packs import default_rule_paths
+from sidecar.runtime.aio import spawn
+from sidecar.runtime.clock import SystemClock
+from sidecar.runtime.metrics import Metrics
+from sidecar.serve.notify import Notifier
+from sidecar.serve.readiness import Readiness
 from sidecar.store import Store, create_store
 from sidecar.store.base import CompositeObserver
 from sidecar.store.observed import MetricsObserver

@@ -37,12 +37,12 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiohttp
 
+from sidecar.agent.isolation import jks, netns, resolv
+from sidecar.agent.isolation.forward import Forwarder
+from sidecar.agent.leasekeeper import ControlLeases, Held, LeaseKeeper
+from sidecar.agent.trust import PG_CHANNEL_BINDING, TRUST_VARIABLES
 from sidecar.domain.model import AgentExit, Checkpoint
 from sidecar.errors import ConfigError, LeaseHeld, SidecarError, SidecarUnreachable
-from sidecar.isolation import jks, netns, resolv
-from sidecar.isolation.forward import Forwarder
-from sidecar.leasekeeper import ControlLeases, Held, LeaseKeeper
-from sidecar.trust import PG_CHANNEL_BINDING, TRUST_VARIABLES
 
 log = logging.getLogger("sidecar.exec")
 
@@ -213,7 +213,7 @@ def not_started(error: OSError) -> AgentExit:
 
 @dataclass(frozen=True)
 class Isolation:
-    """Whether to run the agent in a network namespace of its own (``sidecar.isolation``):
+    """Whether to run the agent in a network namespace of its own (``sidecar.agent.isolation``):
     ``requested`` is True for ``--isolate`` (fail when impossible), False for
     ``--no-isolate``, None for the default (isolate where possible, else warn)."""
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sidecar.clock import ManualClock
+from sidecar.agent.leasekeeper import ControlLeases, Held, LeaseKeeper, StoreLeases
 from sidecar.domain.model import AgentExit
 from sidecar.errors import (
     LeaseHeld,
@@ -23,7 +23,7 @@ from sidecar.errors import (
     StoreUnavailable,
     TaskIsDone,
 )
-from sidecar.leasekeeper import ControlLeases, Held, LeaseKeeper, StoreLeases
+from sidecar.runtime.clock import ManualClock
 from sidecar.store import Store, create_store
 from tests.conftest import sequential_ids
 

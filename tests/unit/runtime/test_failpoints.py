@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar import failpoints
+from sidecar.runtime import failpoints
 
 
 def test_an_entry_names_its_point_rule_ordinal_and_action() -> None:

@@ -8,8 +8,8 @@ import pytest
 from aiohttp import web
 
 from sidecar.errors import StaleGeneration
-from sidecar.metrics import Metrics
-from sidecar.notify import Notifier
+from sidecar.runtime.metrics import Metrics
+from sidecar.serve.notify import Notifier
 from sidecar.store.memory import MemoryStore
 from sidecar.store.observed import MetricsObserver
 from sidecar.testing.served import serving

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.errors import NotReady
-from sidecar.readiness import Readiness
+from sidecar.serve.readiness import Readiness
 
 
 def test_ready_only_once_every_declared_condition_is_met():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.isolation import netns, rootless
+from sidecar.agent.isolation import netns, rootless
 
 
 def test_a_switched_off_user_namespace_is_named(

@@ -39,8 +39,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sidecar.isolation import rootless
-from sidecar.isolation.rules import namespace_rules
+from sidecar.agent.isolation import rootless
+from sidecar.agent.isolation.rules import namespace_rules
 
 TOOLS = ("ip", "iptables-restore", "nsenter", "unshare", "mount", "sh")
 DEBIAN = "apt-get install iproute2 iptables util-linux mount"

@@ -9,8 +9,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from sidecar import config, server
+from sidecar import config
 from sidecar.errors import ConfigError
+from sidecar.serve import server
 from sidecar.store import create_store
 
 
@@ -137,7 +138,7 @@ async def test_a_proxy_listening_beyond_loopback_is_warned_about(tmp_path, caplo
     settings = config.load(
         {"control_listen": "127.0.0.1:0", "proxy_listen": "0.0.0.0:0", "data_dir": tmp_path}
     )
-    with caplog.at_level("WARNING", logger="sidecar.server"):
+    with caplog.at_level("WARNING", logger="sidecar.serve.server"):
         running = await server.start(settings)
         await running.stop()
     (warning,) = [r for r in caplog.records if "beyond loopback" in r.getMessage()]
@@ -149,7 +150,7 @@ async def test_loopback_listeners_start_without_a_warning(tmp_path, caplog):
     settings = config.load(
         {"control_listen": "127.0.0.1:0", "proxy_listen": "127.0.0.1:0", "data_dir": tmp_path}
     )
-    with caplog.at_level("WARNING", logger="sidecar.server"):
+    with caplog.at_level("WARNING", logger="sidecar.serve.server"):
         running = await server.start(settings)
         await running.stop()
     assert not [r for r in caplog.records if "beyond loopback" in r.getMessage()]

@@ -31,8 +31,8 @@ from typing import Any
 
 import aiohttp
 
-from sidecar.aio import spawn
-from sidecar.metrics import Metrics
+from sidecar.runtime.aio import spawn
+from sidecar.runtime.metrics import Metrics
 
 log = logging.getLogger("sidecar.notify")
 

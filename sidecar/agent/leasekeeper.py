@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from sidecar.clock import Clock, SystemClock
 from sidecar.domain.model import AgentExit, Checkpoint
 from sidecar.errors import (
     InvalidRequest,
@@ -29,6 +28,7 @@ from sidecar.errors import (
     TaskIsDone,
     Unauthorized,
 )
+from sidecar.runtime.clock import Clock, SystemClock
 from sidecar.store import Store
 
 log = logging.getLogger("sidecar.lease")

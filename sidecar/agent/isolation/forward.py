@@ -26,7 +26,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from sidecar.isolation.netns import Namespace
+from sidecar.agent.isolation.netns import Namespace
 from sidecar.pgwire.codec import bind_request
 
 log = logging.getLogger("sidecar.exec")

@@ -1,4 +1,4 @@
-"""``sidecar exec`` (``sidecar.worker``): an unmodified command run as one attempt of a
+"""``sidecar exec`` (``sidecar.agent.worker``): an unmodified command run as one attempt of a
 task - claimed, wired to the proxy, heartbeated, stopped if its lease is lost, released
 saying how it ended, and exited with its status.
 
@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from sidecar import worker
+from sidecar.agent import worker
+from sidecar.agent.leasekeeper import Held
+from sidecar.agent.trust import PG_CHANNEL_BINDING, TRUST_VARIABLES
 from sidecar.control.keys import ProxyInfo
 from sidecar.domain.model import AgentExit, Checkpoint
 from sidecar.errors import LeaseHeld, SidecarUnreachable
-from sidecar.leasekeeper import Held
-from sidecar.trust import PG_CHANNEL_BINDING, TRUST_VARIABLES
 
 AT = datetime(2026, 1, 1, 14, 0, tzinfo=UTC)
 PROXY = "http://127.0.0.1:7301"

@@ -1,0 +1,4 @@
+"""What every part of the sidecar runs on: background tasks (:mod:`.aio`), time
+(:mod:`.clock`), JSON logs (:mod:`.logs`), metrics (:mod:`.metrics`), named failpoints for
+kill tests (:mod:`.failpoints`), problem+json bodies (:mod:`.problems`) and TLS server
+contexts (:mod:`.tls`)."""
