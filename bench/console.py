@@ -3,7 +3,7 @@
     ./run bench console [--tasks 1000] [--runs 5]
 
 A data dir is filled with ``--tasks`` tasks through the store API
-(sidecar.testing.many_tasks: a claim, a checkpoint and an effect each), a real
+(tests.support.many_tasks: a claim, a checkpoint and an effect each), a real
 ``sidecar serve`` runs on it, and headless chromium (Debian's, driven by Playwright) opens
 ``/ui/`` in a fresh context each run.  The figure is the page's own clock:
 ``performance.mark('ready-tasks')``, set when the task table is on screen, measured from
@@ -25,8 +25,8 @@ from typing import Any
 
 from playwright.sync_api import sync_playwright
 
-from sidecar.testing import many_tasks
 from sidecar.testing.processes import Child
+from tests.support import many_tasks
 
 READY = "performance.getEntriesByName('ready-tasks')[0].startTime"
 

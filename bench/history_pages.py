@@ -3,7 +3,7 @@
     ./run bench history_pages [--seconds 3] [--effects 50000]
 
 Real processes on loopback: the counting upstream and ``sidecar serve`` on a data dir
-whose store holds one task with ``--effects`` effects (sidecar.testing.long_log).  GET
+whose store holds one task with ``--effects`` effects (tests.support.long_log).  GET
 /fast through the sidecar's proxy at concurrency 8, first idle, then while a reader pages
 through ``GET /v1/tasks/312/effects`` (500 per page, following ``next_cursor``) without
 pause.  Then one page of 100 (time, size) and the sidecar's RSS before and after reading
@@ -19,14 +19,22 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
-from proxy import ROWS, drive, rss_mib
+from _common import rss_mib
+from proxy import drive as drive_clients
 
-from sidecar.testing import long_log
 from sidecar.testing.processes import Child
+from tests.support import long_log
 
 HERE = Path(__file__).parent
+ROWS: list[tuple[str, int, float, float, float]] = []  # name, clients, req/s, p50, p99 ms
+
+
+async def drive(name: str, clients: int, seconds: float, op: Any) -> None:
+    """One row: ``op`` from ``clients`` closed-loop clients for ``seconds``."""
+    ROWS.append((name, clients, *await drive_clients(clients, seconds, op)))
 
 
 async def measure(seconds: float, effects: int, root: Path) -> dict[str, str]:

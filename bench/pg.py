@@ -62,8 +62,8 @@ from pathlib import Path
 from _common import Output, Sample, paired
 
 from sidecar.rules.packs import packs_dir
-from sidecar.testing.pgcluster import unprivileged_user
 from sidecar.testing.processes import Child
+from tests.support.pgcluster import unprivileged_user
 
 HERE = Path(__file__).parent
 HOST, PORT, USER = "127.0.0.1", 5432, "postgres"

@@ -5,7 +5,7 @@ instants; the outside world counted after each task (issue 12's proof of exactly
 
 Each iteration is a new task of six effects (two charges on an Idempotency-Key API, two
 things with a probe, two "late" things answered after up to 1.5 s, past the rule's 1 s
-timeout) run by ``sidecar.testing.torture_agent`` under `sidecar exec`, with one SIGKILL
+timeout) run by ``tests.support.torture_agent`` under `sidecar exec`, with one SIGKILL
 at a uniformly random instant of the first run (agent, sidecar or both; a killed sidecar
 is restarted on the same data), then new attempts until the agent finishes.  Prints a row
 per iteration and the totals; exits 1 if any effect was duplicated or lost, or an
@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sidecar.testing.stack import Stack
-from sidecar.testing.torture import report, run_iteration
+from tests.support.stack import Stack
+from tests.support.torture import report, run_iteration
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = [REPO / "rules" / "idempotency-key.yaml", REPO / "tests/acceptance/proxy/things.yaml"]

@@ -1,5 +1,8 @@
-"""Helpers shared by the tests, ``sidecar demo``, ``matrix`` and ``review``.
+"""What shipped commands and the README walkthrough run besides the product itself.
 
-Real processes, real signals: :mod:`.processes` starts and kills them,
-:mod:`.checkpoint_writer` is a worker that writes checkpoints until it is killed.
+:mod:`.processes` starts real processes and kills them with real signals (``sidecar
+demo``, ``sidecar matrix``); :mod:`.github` is the demo's world (the GitHub emulator, the
+model, the sidecar); :mod:`.upstream` is the counting upstream the README walkthrough
+and the benchmarks stand in for a real API with, served by :mod:`.served`. Test worlds
+live in ``tests/support``.
 """

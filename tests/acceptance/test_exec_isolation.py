@@ -37,8 +37,8 @@ import pytest
 from sidecar.agent.isolation import netns
 from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
-from sidecar.testing.stack import Stack
 from tests.acceptance.conftest import REPO
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.testing.stack import Stack
 from tests.acceptance.conftest import run_sidecar
 from tests.acceptance.proxy.conftest import run_agent, start_agent, thing
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
 

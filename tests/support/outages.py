@@ -45,9 +45,9 @@ from typing import Any, Literal, Protocol
 
 import requests
 
-from sidecar.testing.pgcluster import SUPERUSER, PgCluster
 from sidecar.testing.processes import Child
-from sidecar.testing.stack import Stack
+from tests.support.pgcluster import SUPERUSER, PgCluster
+from tests.support.stack import Stack
 
 HOST = "api.things.test"
 HOSTS = [HOST]

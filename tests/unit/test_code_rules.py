@@ -86,8 +86,7 @@ ALLOW_LIST: dict[str, str] = {
     "sidecar.rules.patterns": "path patterns, through the matcher: unit/rules/test_matcher.py",
     "sidecar.store.batch": "a batch's rows; every store test commits through it",
     "sidecar.store.sql_reads": "the SQL stores' reads; store/test_store_behaviour.py per backend",
-    "sidecar.testing.torture_agent": "a test agent; run by testing.torture (proxy/test_torture.py)",
-    "sidecar.testing.upstream": "a test upstream; run as a process by sidecar.testing.stack",
+    "sidecar.testing.upstream": "the counting upstream the README and the tests run as a process",
     "sidecar.runtime.tls": "server TLS contexts; emulators/test_github_tls.py, kube webhook tests",
 }
 

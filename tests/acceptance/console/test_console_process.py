@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from sidecar.testing.processes import Child
-from sidecar.testing.stack import Stack
 from tests.acceptance.console.conftest import screenshot
 from tests.acceptance.proxy.conftest import results, run_agent, start_agent, thing
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.testing import many_tasks
 from tests.acceptance.conftest import serving
+from tests.support import many_tasks
 
 pytestmark = pytest.mark.acceptance
 TASKS = 1000

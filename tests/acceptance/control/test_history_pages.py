@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.testing import long_log
 from sidecar.testing.processes import Child
 from tests.acceptance.conftest import serving
 from tests.acceptance.memory import resident_mib
+from tests.support import long_log
 
 pytestmark = pytest.mark.acceptance
 

@@ -59,10 +59,10 @@ import requests
 from sidecar.kube.redirect import CHAIN, REDIRECT_CHAIN
 from sidecar.rules.packs import packs_dir
 from sidecar.testing.github import REPO, SOURCE
-from sidecar.testing.pgcluster import SUPERUSER, PgCluster, PgUnavailable
 from sidecar.testing.processes import Child
 from tests.support import certs
 from tests.support.netns import PodNetwork, sidecar_argv, unavailable
+from tests.support.pgcluster import SUPERUSER, PgCluster, PgUnavailable
 
 pytestmark = pytest.mark.acceptance
 

@@ -1,6 +1,6 @@
 """TLS from the agent to the relay, and from the relay to the server, with real clients.
 
-A private cluster with ``ssl = on`` (``sidecar.testing.pgcluster``: a self-signed
+A private cluster with ``ssl = on`` (``tests.support.pgcluster``: a self-signed
 certificate for ``localhost``), a real `sidecar serve --pg-upstream
 postgresql://localhost:PORT --pg-upstream-ca server.crt` in front of it, and agents that
 ask for TLS as users do: psql with ``sslmode=require`` and with ``sslmode=verify-full``
@@ -26,9 +26,9 @@ import psycopg
 import pytest
 
 from sidecar.rules.packs import packs_dir
-from sidecar.testing.pgcluster import PgCluster, PgUnavailable
 from tests.acceptance.pgwire.conftest import HERE, events
 from tests.acceptance.pgwire.test_migration_script import MIGRATION, SCHEMA
+from tests.support.pgcluster import PgCluster, PgUnavailable
 from tests.support.postgres import PostgresWorld, ScratchDatabase
 
 pytestmark = pytest.mark.acceptance

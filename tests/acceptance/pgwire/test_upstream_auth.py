@@ -1,6 +1,6 @@
 """Authentication through the PostgreSQL relay, against a private TLS-only cluster.
 
-The cluster (``sidecar.testing.pgcluster``) accepts TCP only over TLS (``hostssl``,
+The cluster (``tests.support.pgcluster``) accepts TCP only over TLS (``hostssl``,
 ``hostnossl ... reject``), SCRAM-SHA-256 for everyone but an md5 user and a cleartext
 ``password`` user (whose password really crosses the sidecar).  A real
 `sidecar serve` relays to it with ``sslmode=require``; real clients (psql and psycopg on
@@ -32,8 +32,8 @@ import asyncpg
 import psycopg
 import pytest
 
-from sidecar.testing.pgcluster import PgCluster, PgUnavailable, free_port
 from sidecar.testing.processes import Child
+from tests.support.pgcluster import PgCluster, PgUnavailable, free_port
 
 pytestmark = pytest.mark.acceptance
 

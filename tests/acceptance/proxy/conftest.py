@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from sidecar.testing.processes import Child
-from sidecar.testing.stack import Stack
 from tests.acceptance.conftest import REPO
+from tests.support.stack import Stack
 
 HERE = Path(__file__).parent
 AGENT = HERE / "agents" / "agent.py"

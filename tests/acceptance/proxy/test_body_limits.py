@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from sidecar.proxy.body_limit import DRAIN_BYTES
-from sidecar.testing.stack import Stack
 from tests.acceptance.memory import peak_growth
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from sidecar.testing.processes import Child
-from sidecar.testing.stack import Stack
 from tests.acceptance.conftest import REPO
 from tests.acceptance.proxy.conftest import HERE, run_agent
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
 

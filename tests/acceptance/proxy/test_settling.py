@@ -11,8 +11,8 @@ from pathlib import Path
 from aiohttp import web
 
 from sidecar.testing.served import ThreadedApp
-from sidecar.testing.stack import Stack
 from tests.acceptance.proxy.conftest import results, run_agent, start_agent, thing
+from tests.support.stack import Stack
 
 RULES = """
 rules:

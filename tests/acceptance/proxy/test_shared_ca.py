@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from sidecar.testing.stack import Stack
 from tests.support.certs import make_ca, write_ca
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from sidecar.testing.torture import VICTIMS, report, run_iteration
+from tests.support.torture import VICTIMS, report, run_iteration
 
 pytestmark = pytest.mark.acceptance
 

@@ -12,8 +12,8 @@ import socket
 import urllib.request
 from urllib.parse import urlsplit
 
-from sidecar.testing.stack import Stack
 from tests.acceptance.proxy.conftest import run_agent
+from tests.support.stack import Stack
 
 UNCOVERED = "https://api.things.test/effects/{}"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.testing.stack import Stack
 from tests.acceptance.proxy.conftest import HOSTS, RULES, charge, run_agent
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
 

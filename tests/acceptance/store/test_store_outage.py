@@ -22,8 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.testing.pgcluster import PgCluster, PgUnavailable
-from sidecar.testing.stack import Stack
 from tests.support.outages import (
     HELD,
     HOSTS,
@@ -45,6 +43,8 @@ from tests.support.outages import (
     wait_until,
     write_rules,
 )
+from tests.support.pgcluster import PgCluster, PgUnavailable
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
 

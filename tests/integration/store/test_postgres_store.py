@@ -18,8 +18,8 @@ import pytest
 from sidecar.errors import LeaseHeld, StaleGeneration, StoreUnavailable
 from sidecar.store import Store, create_store, sqlfiles
 from sidecar.store.postgres import redacted, split_url
-from sidecar.testing.pgcluster import free_port
 from tests.conftest import drop_schema, scratch_schema
+from tests.support.pgcluster import free_port
 
 type Nodes = Callable[[int], Awaitable[list[Store]]]
 

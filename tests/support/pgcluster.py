@@ -159,7 +159,7 @@ class PgCluster:
         return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", *argv]
 
     def _run(self, argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(  # noqa: S603 - fixed programs, arguments built here
+        done = subprocess.run(
             self._as_owner(argv),
             capture_output=True,
             text=True,
@@ -201,7 +201,7 @@ class PgCluster:
             "shared_buffers": "16MB",
         } | settings
         with (self.data / "postgresql.conf").open("a") as f:
-            f.write("\n# sidecar.testing.pgcluster\n")
+            f.write("\n# tests.support.pgcluster\n")
             f.writelines(f"{k} = {v}\n" for k, v in conf.items())
         (self.data / "pg_hba.conf").write_text(
             "\n".join([f"local all {SUPERUSER} trust", *hba]) + "\n"
@@ -225,7 +225,7 @@ class PgCluster:
         :meth:`start` brings it back."""
         if (self.data / "postmaster.pid").exists():
             argv = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]
-            subprocess.run(self._as_owner(argv), capture_output=True, timeout=60, check=False)  # noqa: S603
+            subprocess.run(self._as_owner(argv), capture_output=True, timeout=60, check=False)
 
     def start(self) -> None:
         """Start the server again after :meth:`stop_server`: same data, same port."""

@@ -1,6 +1,6 @@
 """An outside agent for the randomized kill test: six effects, then ``finished``.
 
-    python -m sidecar.testing.torture_agent TAG SEED
+    python -m tests.support.torture_agent TAG SEED
 
 Knows nothing of the sidecar beyond its HTTP answers (it runs under `sidecar exec`, which
 sets the proxy and the CA): it charges two orders (an API that dedupes on an
@@ -28,7 +28,7 @@ PATIENCE_S = 90.0
 
 
 def steps(tag: str, seed: int) -> list[dict[str, Any]]:
-    rng = random.Random(seed)  # noqa: S311 - delays, not secrets
+    rng = random.Random(seed)
     late = [round(rng.uniform(0.0, 1.5), 2) for _ in range(2)]
     things = "https://api.things.test/repos/acme/app/things"
     late_things = "https://api.things.test/late/things"

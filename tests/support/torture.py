@@ -6,7 +6,7 @@ counted afterwards.
     verdict = run_iteration(stack, random.Random(7), number=1)
     verdict.duplicates, verdict.lost          # both must be empty
 
-Each iteration is a new task whose agent (:mod:`sidecar.testing.torture_agent`) makes six
+Each iteration is a new task whose agent (:mod:`tests.support.torture_agent`) makes six
 effects through the sidecar; one real SIGKILL lands at a uniformly random instant of its
 run, on the agent, on the sidecar (restarted on the same data and ports), or on both.
 Then the agent is run again from the top as a new attempt (`sidecar exec`) until it
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.testing.processes import Child
-from sidecar.testing.stack import Stack
+from tests.support.stack import Stack
 
 VICTIMS = ("agent", "sidecar", "both")
 EFFECTS = 6
@@ -65,13 +65,13 @@ class Verdict:
 
 
 def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(url, timeout=10) as answer:
         return json.load(answer)
 
 
 def _agent(stack: Stack, task: str, tag: str, seed: int) -> Child:
     return stack.exec_agent(
-        task, "-m", "sidecar.testing.torture_agent", tag, str(seed), ttl_s=3, wait_s=60
+        task, "-m", "tests.support.torture_agent", tag, str(seed), ttl_s=3, wait_s=60
     )
 
 
