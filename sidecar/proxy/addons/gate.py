@@ -11,6 +11,7 @@ from __future__ import annotations
 from mitmproxy import http
 
 from sidecar.errors import NotReady
+from sidecar.proxy.addons.effects import to_response
 from sidecar.proxy.body_limit import answer_before_body
 from sidecar.proxy.exchange import refusal
 
@@ -24,7 +25,6 @@ class ReadinessGate:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if not self.ready:
-            answer = refusal(NotReady({"proxy": "the proxy is starting"}))
             answer_before_body(
-                flow, http.Response.make(answer.status, answer.body, dict(answer.headers))
+                flow, to_response(refusal(NotReady({"proxy": "the proxy is starting"})))
             )
