@@ -1,16 +1,17 @@
 """The store interface every backend implements, and its convenience methods.
 
 A backend implements four things: :meth:`Store.open`/:meth:`Store.close`,
-:meth:`Store.execute` (run write commands, each in a durable transaction) and the
-read queries.  The named write methods below (``claim``, ``append_checkpoint``, ...) are
-thin and shared, so callers never build commands by hand.
+:meth:`Store._run` (run a write command in a durable transaction, which
+:meth:`Store.execute` times and reports) and the read queries.  The named write methods
+below (``claim``, ``append_checkpoint``, ...) are thin and shared, so callers never build
+commands by hand.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,10 +31,12 @@ from sidecar.domain.model import (
     TaskView,
 )
 from sidecar.errors import SidecarError, StaleGeneration
+from sidecar.runtime.clock import Clock, SystemClock
 from sidecar.store.commands import (
     AppendCheckpoint,
     ClaimTask,
     Command,
+    Context,
     Heartbeat,
     MarkDone,
     NoteEffect,
@@ -124,9 +127,18 @@ class StageRow:
 class Store(ABC):
     """Leases, checkpoints and the effect log, behind one seam chosen by URL."""
 
-    url: str
     #: told about every write; the server installs one that feeds metrics and the log.
     observer: WriteObserver = WriteObserver()
+
+    def __init__(self, url: str, *, clock: Clock | None, new_attempt_id: Callable[[], str]) -> None:
+        #: the store's URL as it may be shown (no password).
+        self.url = url
+        self._clock = clock or SystemClock()
+        self._new_attempt_id = new_attempt_id
+
+    def _context(self) -> Context:
+        """What a command may take from outside, read now (see :class:`Context`)."""
+        return Context(self._clock.now(), self._new_attempt_id)
 
     async def __aenter__(self) -> Store:
         await self.open()

@@ -1,9 +1,10 @@
 """One write transaction's working set, shared by the SQL stores.
 
 A SQL store runs a batch of commands in one transaction: it reads every row they will
-look at (:func:`wanted`), lets the shared commands decide against a :class:`Batch`, and
-writes what changed (:func:`changes`), parents first.  The dialects differ only in the
-statements that load and write those rows, so the row tuples here are the same for both.
+look at (:func:`wanted`), lets the shared commands decide against a :class:`Batch`
+(:func:`decide`), and writes what changed (:func:`changes`), parents first.  The dialects
+differ only in the statements that load and write those rows, so the row tuples here are
+the same for both.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from sidecar.domain.model import (
     FenceRefusal,
     TaskState,
 )
+from sidecar.errors import SidecarError
 from sidecar.store import rows
-from sidecar.store.commands import ROW_KINDS, Command
+from sidecar.store.commands import ROW_KINDS, Command, Context
 
 
 class Probe:
@@ -72,6 +74,8 @@ class Batch:
     new_refusals: list[FenceRefusal] = field(default_factory=list)
     task_counts: dict[str, dict[str, int]] = field(default_factory=dict)
     deleted_tasks: list[str] = field(default_factory=list)
+    #: when a :class:`Probe` of the batch asked for the test write (None: none did).
+    probed_at: datetime | None = None
 
     def task(self, task: str) -> TaskState | None:
         return self.tasks.get(task)
@@ -157,11 +161,32 @@ class Batch:
         )
 
 
+def decide(works: Sequence[Work], batch: Batch, ctx: Context) -> list[Any]:
+    """Let each work decide against ``batch``, in order; each one's outcome: a command's
+    result or the SidecarError that refused it, None for a probe (whose test write
+    :func:`changes` makes)."""
+    outcomes: list[Any] = []
+    for work in works:
+        if isinstance(work, Probe):
+            batch.probed_at = ctx.now
+            outcomes.append(None)
+            continue
+        try:
+            outcomes.append(work.apply(batch, ctx))
+        except SidecarError as refused:
+            outcomes.append(refused)
+    return outcomes
+
+
 def changes(batch: Batch) -> list[tuple[str, list[tuple[Any, ...]]]]:
-    """``(statement name, rows)`` to write what the batch changed: pruned tasks' rows
-    deleted first (children first), then the writes, parents first."""
+    """``(statement name, rows)`` to write what the batch changed: the probe's test row
+    written and deleted, pruned tasks' rows deleted (children first), then the writes,
+    parents first."""
     gone = [(task,) for task in batch.deleted_tasks]
+    probed = [] if batch.probed_at is None else [(rows.to_us(batch.probed_at),)]
     steps: list[tuple[str, list[tuple[Any, ...]]]] = [
+        ("probe_insert", probed),
+        ("probe_delete", [() for _ in probed]),
         *((f"delete_task_{table}", gone) for table in (*ROW_KINDS[:-1], "leases", "attempts")),
         ("delete_task_tasks", gone),
         ("upsert_task", [rows.task_params(s) for s in batch.dirty_tasks.values()]),

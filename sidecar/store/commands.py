@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import ClassVar, Protocol
 
@@ -80,8 +80,13 @@ class Context:
     new_attempt_id: Callable[[], str]
 
 
+# The bases below are dataclasses without slots: FencedEffectCommand joins two of them,
+# which two slotted bases could not do (their instance layouts would conflict).
+@dataclass(frozen=True)
 class Command[T](ABC):
-    """One write against one task.  Subclasses are frozen dataclasses."""
+    """One write against one task.  Subclasses are frozen dataclasses: their fields follow
+    ``task`` (and a base's fields) in the order :class:`~sidecar.store.base.Store` passes
+    them."""
 
     task: str
     #: whether the command answers with the task's last checkpoint.
@@ -99,7 +104,25 @@ class Command[T](ABC):
     def apply(self, ws: WorkingSet, ctx: Context) -> T:
         """Decide and stage the change in ``ws``; raise a SidecarError to refuse."""
 
+    def _keep_refusal(
+        self,
+        ws: WorkingSet,
+        ctx: Context,
+        token: tuple[str, int],
+        current_generation: int,
+        reason: str,
+    ) -> FenceRefusal:
+        """Stage the evidence of a write refused for its fencing ``token`` (attempt id,
+        generation), under this command's operation."""
+        attempt_id, generation = token
+        refusal = FenceRefusal(
+            self.task, self.operation, attempt_id, generation, current_generation, ctx.now, reason
+        )
+        ws.add_refusal(refusal)
+        return refusal
 
+
+@dataclass(frozen=True)
 class FencedCommand[T](Command[T]):
     """A command carrying ``(attempt_id, generation)``; refusals are logged."""
 
@@ -109,27 +132,51 @@ class FencedCommand[T](Command[T]):
     def apply(self, ws: WorkingSet, ctx: Context) -> T:
         try:
             return self.apply_fenced(ws, ctx)
-        except StaleGeneration as refused:
-            ws.add_refusal(
-                FenceRefusal(
-                    task=self.task,
-                    operation=self.operation,
-                    attempt_id=self.attempt_id,
-                    generation=self.generation,
-                    current_generation=refused.current_generation,
-                    at=ctx.now,
-                    reason=refused.reason,
-                )
-            )
+        except StaleGeneration as stale:
+            token = (self.attempt_id, self.generation)
+            self._keep_refusal(ws, ctx, token, stale.current_generation, stale.reason)
             raise
 
     @abstractmethod
     def apply_fenced(self, ws: WorkingSet, ctx: Context) -> T: ...
 
 
+@dataclass(frozen=True)
+class EffectCommand[T](Command[T]):
+    """A command about one effect, ``(task, key)``, which a store loads before it runs.
+
+    Its fields are the keyword arguments of the domain rule that decides it (see
+    :meth:`_decide`), so each is named once, as the rule names it."""
+
+    key: str
+
+    def effect_key(self) -> tuple[str, str]:
+        return (self.task, self.key)
+
+    def _decide[R](self, decide: Callable[..., R], ws: WorkingSet, ctx: Context) -> R:
+        """``decide(task state, effect, now=..., **fields)``."""
+        arguments = {f.name: getattr(self, f.name) for f in fields(self)}
+        return decide(ws.task(self.task), ws.effect(self.task, self.key), now=ctx.now, **arguments)
+
+
+@dataclass(frozen=True)
+class FencedEffectCommand[T](FencedCommand[T], EffectCommand[T]):
+    """A fenced write about one effect: ``(task, key, attempt_id, generation)``, then its
+    own fields (the bases' order makes ``key`` come before the fencing token)."""
+
+
+def _logged(ws: WorkingSet, change: tuple[Effect, EffectEvent]) -> Effect:
+    """Stage an effect's new state with its audit line; the effect."""
+    effect, event = change
+    ws.put_effect(effect)
+    ws.add_event(event)
+    return effect
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimTask(Command[Claim]):
-    task: str
+    """Grant ``worker`` a new attempt on the task (see :func:`sidecar.domain.leases.claim`)."""
+
     worker: str
     ttl_s: float
     needs_last_checkpoint: ClassVar[bool] = True
@@ -159,9 +206,8 @@ class ClaimTask(Command[Claim]):
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat(FencedCommand[TaskState]):
-    task: str
-    attempt_id: str
-    generation: int
+    """Extend the holder's lease to ``now + ttl_s`` (default: the lease's own TTL)."""
+
     ttl_s: float | None = None
     operation: ClassVar[str] = "heartbeat"
 
@@ -175,9 +221,8 @@ class Heartbeat(FencedCommand[TaskState]):
 
 @dataclass(frozen=True, slots=True)
 class Release(FencedCommand[TaskState]):
-    task: str
-    attempt_id: str
-    generation: int
+    """Give the lease up and end its attempt."""
+
     #: how the attempt's agent ended, as its worker reports it.
     end: AgentExit | None = None
     operation: ClassVar[str] = "release"
@@ -203,9 +248,8 @@ class Release(FencedCommand[TaskState]):
 
 @dataclass(frozen=True, slots=True)
 class AppendCheckpoint(FencedCommand[Checkpoint]):
-    task: str
-    attempt_id: str
-    generation: int
+    """Append the holder's next checkpoint: a stage it finished, with its outputs."""
+
     stage: str
     outputs: JSON
     operation: ClassVar[str] = "checkpoint"
@@ -226,13 +270,9 @@ class AppendCheckpoint(FencedCommand[Checkpoint]):
 
 
 @dataclass(frozen=True, slots=True)
-class RecordPending(FencedCommand[Effect]):
+class RecordPending(FencedEffectCommand[Effect]):
     """Log an effect as ``pending`` before it is forwarded (raises EffectExists if logged)."""
 
-    task: str
-    key: str
-    attempt_id: str
-    generation: int
     kind: str
     rule: str
     fingerprint: str
@@ -240,61 +280,21 @@ class RecordPending(FencedCommand[Effect]):
     request: JSON
     operation: ClassVar[str] = "effect.record"
 
-    def effect_key(self) -> tuple[str, str]:
-        return (self.task, self.key)
-
     def apply_fenced(self, ws: WorkingSet, ctx: Context) -> Effect:
-        effect, event = effects.record_pending(
-            ws.task(self.task),
-            ws.effect(self.task, self.key),
-            task=self.task,
-            key=self.key,
-            kind=self.kind,
-            rule=self.rule,
-            attempt_id=self.attempt_id,
-            generation=self.generation,
-            fingerprint=self.fingerprint,
-            idempotency_key=self.idempotency_key,
-            request=self.request,
-            now=ctx.now,
-        )
-        ws.put_effect(effect)
-        ws.add_event(event)
-        return effect
+        return _logged(ws, self._decide(effects.record_pending, ws, ctx))
 
 
 @dataclass(frozen=True, slots=True)
-class TransitionEffect(FencedCommand[Effect]):
+class TransitionEffect(FencedEffectCommand[Effect]):
     """Move a logged effect to another state (see :mod:`sidecar.domain.effects`)."""
 
-    task: str
-    key: str
-    attempt_id: str
-    generation: int
     to: EffectState
     response: RecordedResponse | None = None
     detail: str | None = None
     operation: ClassVar[str] = "effect.transition"
 
-    def effect_key(self) -> tuple[str, str]:
-        return (self.task, self.key)
-
     def apply_fenced(self, ws: WorkingSet, ctx: Context) -> Effect:
-        effect, event = effects.transition(
-            ws.task(self.task),
-            ws.effect(self.task, self.key),
-            task=self.task,
-            key=self.key,
-            to=self.to,
-            attempt_id=self.attempt_id,
-            generation=self.generation,
-            now=ctx.now,
-            response=self.response,
-            detail=self.detail,
-        )
-        ws.put_effect(effect)
-        ws.add_event(event)
-        return effect
+        return _logged(ws, self._decide(effects.transition, ws, ctx))
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +302,6 @@ class NoteRefusal(Command[FenceRefusal]):
     """Keep as evidence a write refused before it reached the store (the proxy fenced it
     from what it knew of the lease), the way a refused store write is kept."""
 
-    task: str
     attempt_id: str
     generation: int
     current_generation: int
@@ -310,80 +309,37 @@ class NoteRefusal(Command[FenceRefusal]):
     operation: ClassVar[str] = "proxy"
 
     def apply(self, ws: WorkingSet, ctx: Context) -> FenceRefusal:
-        refusal = FenceRefusal(
-            task=self.task,
-            operation=self.operation,
-            attempt_id=self.attempt_id,
-            generation=self.generation,
-            current_generation=self.current_generation,
-            at=ctx.now,
-            reason=self.reason,
-        )
-        ws.add_refusal(refusal)
-        return refusal
+        token = (self.attempt_id, self.generation)
+        return self._keep_refusal(ws, ctx, token, self.current_generation, self.reason)
 
 
 @dataclass(frozen=True, slots=True)
-class NoteEffect(FencedCommand[EffectEvent]):
+class NoteEffect(FencedEffectCommand[EffectEvent]):
     """Add a replayed/probed/divergent line to an effect's audit trail."""
 
-    task: str
-    key: str
-    attempt_id: str
-    generation: int
     event: str
     detail: str | None = None
     operation: ClassVar[str] = "effect.note"
 
-    def effect_key(self) -> tuple[str, str]:
-        return (self.task, self.key)
-
     def apply_fenced(self, ws: WorkingSet, ctx: Context) -> EffectEvent:
-        event = effects.note(
-            ws.task(self.task),
-            ws.effect(self.task, self.key),
-            task=self.task,
-            key=self.key,
-            event=self.event,
-            attempt_id=self.attempt_id,
-            generation=self.generation,
-            now=ctx.now,
-            detail=self.detail,
-        )
+        event = self._decide(effects.note, ws, ctx)
         ws.add_event(event)
         return event
 
 
 @dataclass(frozen=True, slots=True)
-class ResolveEffect(Command[Effect]):
+class ResolveEffect(EffectCommand[Effect]):
     """A human settles an effect that waits for one (SPEC §3.10), with a ``resolved`` line
     in its audit trail.  Not fenced: no attempt writes it.  ``not_before`` and ``seen_at``
     come from what the caller read (see :func:`sidecar.domain.settling.resolve`)."""
 
-    task: str
-    key: str
     resolution: settling.Resolution
     not_before: datetime
     seen_at: datetime
     operation: ClassVar[str] = "effect.resolve"
 
-    def effect_key(self) -> tuple[str, str]:
-        return (self.task, self.key)
-
     def apply(self, ws: WorkingSet, ctx: Context) -> Effect:
-        effect, event = settling.resolve(
-            ws.task(self.task),
-            ws.effect(self.task, self.key),
-            self.resolution,
-            task=self.task,
-            key=self.key,
-            now=ctx.now,
-            not_before=self.not_before,
-            seen_at=self.seen_at,
-        )
-        ws.put_effect(effect)
-        ws.add_event(event)
-        return effect
+        return _logged(ws, self._decide(settling.resolve, ws, ctx))
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +347,6 @@ class MarkDone(Command[TaskState]):
     """Mark the task done (see :mod:`sidecar.domain.lifecycle`): by its lease holder with
     its fencing token, or by an operator (no token) while no lease is live."""
 
-    task: str
     by: str
     note: str | None = None
     attempt_id: str | None = None
@@ -403,18 +358,9 @@ class MarkDone(Command[TaskState]):
         mark = Mark(ctx.now, self.by, self.note)
         try:
             state, ended = lifecycle.mark_done(ws.task(self.task), self.task, token, mark)
-        except StaleGeneration as refused:
-            ws.add_refusal(
-                FenceRefusal(
-                    task=self.task,
-                    operation=self.operation,
-                    attempt_id=self.attempt_id or "",
-                    generation=self.generation or 0,
-                    current_generation=refused.current_generation,
-                    at=ctx.now,
-                    reason=refused.reason,
-                )
-            )
+        except StaleGeneration as stale:
+            # No token (an operator) is kept as the attempt "" of generation 0.
+            self._keep_refusal(ws, ctx, token or ("", 0), stale.current_generation, stale.reason)
             raise
         if state is not ws.task(self.task):
             ws.put_task(state)
@@ -428,7 +374,6 @@ class MarkDone(Command[TaskState]):
 class Reopen(Command[TaskState]):
     """Make a done task claimable again, keeping who reopened it and why."""
 
-    task: str
     by: str
     note: str
     operation: ClassVar[str] = "task.reopen"
@@ -457,7 +402,6 @@ class PruneTask(Command[Pruned]):
     """Delete one ended task's whole history in one transaction, unless it must stay
     (:func:`sidecar.domain.lifecycle.why_kept`); ``dry_run`` only says what would go."""
 
-    task: str
     cutoff: datetime
     dry_run: bool = False
     needs_rows: ClassVar[bool] = True

@@ -6,6 +6,10 @@ one durable flush answers the whole batch, and each caller is answered only afte
 The busier the store, the bigger the batch, with no timer to wait on.  SQLite has one
 writer, so one lane; a server store (PostgreSQL) runs a few lanes on pooled connections.
 
+:class:`GroupCommitStore` is the write side of a store built on it (both SQL stores): each
+command, and each check that the store is writable, is queued and answered after its
+batch's commit.
+
 One caller's bad value must not fail the others (SPEC §7): a batch that fails with
 :class:`~sidecar.errors.UnstorableValue` is committed again one work at a time, so only
 the work that carries the value is refused (422) and every other one is committed.
@@ -17,11 +21,13 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from sidecar.errors import SidecarError, StoreUnavailable, UnstorableValue
 from sidecar.runtime.aio import spawn
-from sidecar.store.batch import Work
+from sidecar.store.base import Store
+from sidecar.store.batch import Probe, Work
+from sidecar.store.commands import Command
 
 log = logging.getLogger(__name__)
 
@@ -134,3 +140,24 @@ class GroupCommit:
         )
         for job in jobs:
             await self._run_batch([job])
+
+
+class GroupCommitStore(Store):
+    """A store whose writes all go through its :class:`GroupCommit` (``_writes``, made
+    when it opens for writing): the SQL stores."""
+
+    _writes: GroupCommit | None = None
+    #: what a write is refused with while the store is not open for writing.
+    _closed: ClassVar[str]
+
+    async def _run[T](self, command: Command[T]) -> T:
+        result: T = await self._submit(command)
+        return result
+
+    async def check_writable(self) -> None:
+        await self._submit(Probe())
+
+    async def _submit(self, work: Work) -> Any:
+        if self._writes is None:
+            raise StoreUnavailable(self._closed)
+        return await self._writes.submit(work)

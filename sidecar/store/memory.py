@@ -9,12 +9,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from sidecar.domain.ids import new_attempt_id
 from sidecar.domain.model import (
-    AgentExit,
     Attempt,
-    AttemptEnd,
     Checkpoint,
     Effect,
     EffectEvent,
@@ -23,13 +22,16 @@ from sidecar.domain.model import (
     TaskState,
     TaskView,
 )
-from sidecar.runtime.clock import Clock, SystemClock
+from sidecar.errors import SidecarError
+from sidecar.runtime.clock import Clock
 from sidecar.store.base import EffectFilter, StageRow, Store, StoreInfo, TaskFilter
-from sidecar.store.commands import Command, Context
+from sidecar.store.batch import Batch, decide, wanted
+from sidecar.store.commands import Command
 
 
 class _State:
-    """All tasks' records; implements the WorkingSet protocol directly."""
+    """All tasks' records.  A command runs against a :class:`Batch` loaded from them and
+    saved back, the working set the SQL stores use, so it stages exactly as it does there."""
 
     def __init__(self) -> None:
         self.tasks: dict[str, TaskState] = {}
@@ -39,51 +41,44 @@ class _State:
         self.events: list[EffectEvent] = []
         self.refusals: list[FenceRefusal] = []
 
-    def task(self, task: str) -> TaskState | None:
-        return self.tasks.get(task)
-
-    def put_task(self, state: TaskState) -> None:
-        self.tasks[state.task] = state
-
-    def add_attempt(self, attempt: Attempt) -> None:
-        self.attempts[attempt.attempt_id] = attempt
-
-    def end_attempt(
-        self, attempt_id: str, at: datetime, reason: AttemptEnd, lease_until: datetime
-    ) -> None:
-        attempt = self.attempts[attempt_id]
-        if attempt.ended_at is None:
-            self.attempts[attempt_id] = replace(
-                attempt, ended_at=at, end_reason=reason, lease_until=lease_until
-            )
-
-    def note_exit(self, task: str, attempt_id: str, generation: int, exit: AgentExit) -> None:
-        attempt = self.attempts.get(attempt_id)
-        if (
-            attempt is not None
-            and (attempt.task, attempt.generation) == (task, generation)
-            and attempt.exit is None
-        ):
-            self.attempts[attempt_id] = replace(attempt, exit=exit)
-
     def last_checkpoint(self, task: str) -> Checkpoint | None:
         history = self.checkpoints.get(task)
         return history[-1] if history else None
 
-    def add_checkpoint(self, checkpoint: Checkpoint) -> None:
-        self.checkpoints.setdefault(checkpoint.task, []).append(checkpoint)
+    def load(self, command: Command[Any]) -> Batch:
+        """The rows ``command`` reads, as a SQL store loads them (:func:`wanted`)."""
+        want = wanted([command])
+        return Batch(
+            tasks={task: self.tasks.get(task) for task in want.tasks},
+            last_checkpoints={task: self.last_checkpoint(task) for task in want.last_checkpoints},
+            effects={key: self.effects.get(key) for key in want.effects},
+            task_counts={task: self.task_rows(task) for task in want.task_rows},
+        )
 
-    def effect(self, task: str, key: str) -> Effect | None:
-        return self.effects.get((task, key))
-
-    def put_effect(self, effect: Effect) -> None:
-        self.effects[(effect.task, effect.key)] = effect
-
-    def add_event(self, event: EffectEvent) -> None:
-        self.events.append(event)
-
-    def add_refusal(self, refusal: FenceRefusal) -> None:
-        self.refusals.append(refusal)
+    def save(self, batch: Batch) -> None:
+        """Keep what ``batch`` staged, in the order :func:`changes` writes it."""
+        for task in batch.deleted_tasks:
+            self.delete_task(task)
+        self.tasks.update(batch.dirty_tasks)
+        self.attempts.update((a.attempt_id, a) for a in batch.new_attempts)
+        for attempt_id, at, reason, until in batch.ended_attempts:
+            attempt = self.attempts[attempt_id]
+            if attempt.ended_at is None:
+                self.attempts[attempt_id] = replace(
+                    attempt, ended_at=at, end_reason=reason, lease_until=until
+                )
+        for task, attempt_id, generation, exit in batch.noted_exits:
+            # Only on the attempt (task, attempt_id, generation) names, only its first report.
+            noted = self.attempts.get(attempt_id)
+            if noted is None or (noted.task, noted.generation) != (task, generation):
+                continue
+            if noted.exit is None:
+                self.attempts[attempt_id] = replace(noted, exit=exit)
+        for checkpoint in batch.new_checkpoints:
+            self.checkpoints.setdefault(checkpoint.task, []).append(checkpoint)
+        self.effects.update(batch.dirty_effects)
+        self.events += batch.new_events
+        self.refusals += batch.new_refusals
 
     def task_rows(self, task: str) -> dict[str, int]:
         effects = [e for e in self.effects.values() if e.task == task]
@@ -114,9 +109,7 @@ class MemoryStore(Store):
         clock: Clock | None = None,
         new_attempt_id: Callable[[], str] = new_attempt_id,
     ) -> None:
-        self.url = url
-        self._clock = clock or SystemClock()
-        self._new_attempt_id = new_attempt_id
+        super().__init__(url, clock=clock, new_attempt_id=new_attempt_id)
         self._state = _State()
 
     async def open(self) -> None:
@@ -129,14 +122,20 @@ class MemoryStore(Store):
         return StoreInfo(url=self.url, backend="memory", schema_version=0, durable=False)
 
     async def _run[T](self, command: Command[T]) -> T:
-        # apply() never awaits, so each command is atomic with respect to the event loop.
-        return command.apply(self._state, Context(self._clock.now(), self._new_attempt_id))
+        # Nothing here awaits, so each command is atomic with respect to the event loop.
+        batch = self._state.load(command)
+        (outcome,) = decide([command], batch, self._context())
+        self._state.save(batch)  # a refused command's staged evidence is kept too
+        if isinstance(outcome, SidecarError):
+            raise outcome
+        result: T = outcome
+        return result
 
     async def check_writable(self) -> None:
         return None
 
     async def task_view(self, task: str) -> TaskView | None:
-        state = self._state.task(task)
+        state = self._state.tasks.get(task)
         if state is None:
             return None
         attempts = sorted(
@@ -242,7 +241,7 @@ class MemoryStore(Store):
         return found[:limit]
 
     async def effect(self, task: str, key: str) -> Effect | None:
-        return self._state.effect(task, key)
+        return self._state.effects.get((task, key))
 
     async def effect_events(self, task: str) -> list[EffectEvent]:
         return [e for e in self._state.events if e.task == task]

@@ -35,13 +35,13 @@ import psycopg_pool
 from psycopg import sql
 
 from sidecar.domain.ids import new_attempt_id
-from sidecar.errors import ConfigError, SidecarError, StoreUnavailable, UnstorableValue
-from sidecar.runtime.clock import Clock, SystemClock
-from sidecar.store import rows, sqlfiles
+from sidecar.errors import ConfigError, StoreUnavailable, UnstorableValue
+from sidecar.runtime.clock import Clock
+from sidecar.store import sqlfiles
 from sidecar.store.base import StoreInfo
-from sidecar.store.batch import Batch, Probe, Work, changes, wanted
-from sidecar.store.commands import Command, Context
-from sidecar.store.group_commit import GroupCommit
+from sidecar.store.batch import Batch, Work, changes, decide, wanted
+from sidecar.store.commands import Context
+from sidecar.store.group_commit import GroupCommit, GroupCommitStore
 from sidecar.store.sql_reads import SQLReads
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,9 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(SQLReads):
+class PostgresStore(SQLReads, GroupCommitStore):
+    _closed = "the PostgreSQL store is not open for writing"
+
     def __init__(
         self,
         url: str,
@@ -98,17 +100,14 @@ class PostgresStore(SQLReads):
         operation_timeout_s: float = 5.0,
         pool_size: int = LANES + 4,
     ) -> None:
-        self.url = redacted(url)
+        super().__init__(redacted(url), clock=clock, new_attempt_id=new_attempt_id)
         self._conninfo, self.schema = split_url(url)
-        self._clock = clock or SystemClock()
-        self._new_attempt_id = new_attempt_id
         self._read_only = read_only
         self._connect_timeout_s = connect_timeout_s
         self._wait_for_connection_s = wait_for_connection_s
         self._operation_timeout_s = operation_timeout_s
         self._pool_size = pool_size
         self._pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
-        self._writes: GroupCommit | None = None
         self._schema_version = 0
         self._durable = True
 
@@ -227,21 +226,6 @@ class PostgresStore(SQLReads):
 
     # ---- writes ------------------------------------------------------------------
 
-    async def _run[T](self, command: Command[T]) -> T:
-        result: T = await self._submit(command)
-        return result
-
-    async def check_writable(self) -> None:
-        await self._submit(Probe())
-
-    async def _submit(self, work: Work) -> Any:
-        if self._writes is None:
-            raise StoreUnavailable("the PostgreSQL store is not open for writing")
-        return await self._writes.submit(work)
-
-    def _context(self) -> Context:
-        return Context(self._clock.now(), self._new_attempt_id)
-
     async def _commit(self, works: list[Work]) -> list[Any]:
         for attempt in range(RACE_RETRIES + 1):
             try:
@@ -298,17 +282,7 @@ async def _commit_batch(
             ),
             await rows_of("load_task_rows", want.task_rows),
         )
-        outcomes: list[Any] = []
-        for work in works:
-            if isinstance(work, Probe):
-                await cursor.execute(Q["probe_insert"], (rows.to_us(ctx.now),))
-                await cursor.execute(Q["probe_delete"])
-                outcomes.append(None)
-                continue
-            try:
-                outcomes.append(work.apply(batch, ctx))
-            except SidecarError as refused:
-                outcomes.append(refused)
+        outcomes = decide(works, batch, ctx)
         for name, params in changes(batch):
             await cursor.executemany(Q[name], params)
     return outcomes

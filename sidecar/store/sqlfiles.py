@@ -33,6 +33,8 @@ def named_statements(dialect: str, name: str = "queries.sql") -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class Migration:
+    """One numbered file of ``migrations/``: its version, file name and SQL."""
+
     version: int
     name: str
     sql: str

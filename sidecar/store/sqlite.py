@@ -27,12 +27,11 @@ import aiosqlite
 
 from sidecar.domain.ids import new_attempt_id
 from sidecar.errors import ConfigError, StoreUnavailable
-from sidecar.runtime.clock import Clock, SystemClock
+from sidecar.runtime.clock import Clock
 from sidecar.store import sqlfiles
 from sidecar.store.base import StoreInfo
-from sidecar.store.batch import Probe, Work
-from sidecar.store.commands import Command, Context
-from sidecar.store.group_commit import GroupCommit
+from sidecar.store.batch import Work
+from sidecar.store.group_commit import GroupCommit, GroupCommitStore
 from sidecar.store.sql_reads import SQLReads
 from sidecar.store.sqlite_writer import Writer
 
@@ -72,7 +71,9 @@ def path_from_url(url: str) -> Path:
     return Path(rest)
 
 
-class SQLiteStore(SQLReads):
+class SQLiteStore(SQLReads, GroupCommitStore):
+    _closed = "the SQLite store is not open"
+
     def __init__(
         self,
         url: str,
@@ -83,10 +84,8 @@ class SQLiteStore(SQLReads):
         read_only: bool = False,
         busy_timeout_s: float = 5.0,
     ) -> None:
-        self.url = url
+        super().__init__(url, clock=clock, new_attempt_id=new_attempt_id)
         self.path = path_from_url(url)
-        self._clock = clock or SystemClock()
-        self._new_attempt_id = new_attempt_id
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ConfigError(f"unknown SQLite synchronous mode {synchronous!r}")
         self._synchronous = synchronous
@@ -97,7 +96,6 @@ class SQLiteStore(SQLReads):
         # One thread, so the writer connection is only ever used from the thread that made it.
         self._writer_thread: ThreadPoolExecutor | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._writes: GroupCommit | None = None
         self._schema_version = 0
 
     # ---- lifecycle ---------------------------------------------------------------
@@ -169,23 +167,8 @@ class SQLiteStore(SQLReads):
 
     # ---- writes ------------------------------------------------------------------
 
-    async def _run[T](self, command: Command[T]) -> T:
-        result: T = await self._submit(command)
-        return result
-
-    async def check_writable(self) -> None:
-        await self._submit(Probe())
-
-    async def _submit(self, work: Work) -> Any:
-        if self._writes is None:
-            raise StoreUnavailable("the SQLite store is not open")
-        return await self._writes.submit(work)
-
     async def _commit(self, works: list[Work]) -> list[Any]:
         return await self._on_writer(self._writer.commit, works, self._context)
-
-    def _context(self) -> Context:
-        return Context(self._clock.now(), self._new_attempt_id)
 
     # ---- reads -------------------------------------------------------------------
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sidecar.errors import ConfigError, SidecarError, StoreUnavailable, UnstorableValue
-from sidecar.store import rows, sqlfiles
-from sidecar.store.batch import Batch, Probe, Work, changes, wanted
+from sidecar.errors import ConfigError, StoreUnavailable, UnstorableValue
+from sidecar.store import sqlfiles
+from sidecar.store.batch import Batch, Work, changes, decide, wanted
 from sidecar.store.commands import Context
 
 log = logging.getLogger(__name__)
@@ -101,17 +101,7 @@ class Writer:
                 # would be recorded before it, and its lease would start in the past.
                 ctx = context()
                 batch = _load(db, works)
-                outcomes: list[Any] = []
-                for work in works:
-                    if isinstance(work, Probe):
-                        db.execute(Q["probe_insert"], (rows.to_us(ctx.now),))
-                        db.execute(Q["probe_delete"])
-                        outcomes.append(None)
-                        continue
-                    try:
-                        outcomes.append(work.apply(batch, ctx))
-                    except SidecarError as refused:
-                        outcomes.append(refused)
+                outcomes = decide(works, batch, ctx)
                 for name, params in changes(batch):
                     db.executemany(Q[name], params)
                 db.execute("COMMIT")
