@@ -58,6 +58,17 @@ class SidecarError(Exception):
     status: int = 500  # the class's; an instance shadows it only where noted
     title: ClassVar[str] = "Internal error"
 
+    def __init_subclass__(
+        cls, *, code: str | None = None, status: int | None = None, title: str | None = None
+    ) -> None:
+        """``class NotFound(SidecarError, code=..., status=..., title=...)``: what is not
+        given is the parent's.  Every error class says its facts this way, on its class
+        line, so the hierarchy reads as a table."""
+        super().__init_subclass__()
+        for name, given in (("code", code), ("status", status), ("title", title)):
+            if given is not None:
+                setattr(cls, name, given)
+
     def __init__(self, detail: str | None = None) -> None:
         self.detail = detail or (self.__doc__ or self.title).strip()
         super().__init__(self.detail)
@@ -67,19 +78,12 @@ class SidecarError(Exception):
         return {}
 
 
-class ConfigError(SidecarError):
+class ConfigError(SidecarError, code="invalid_config", status=400, title="Invalid configuration"):
     """The configuration is invalid."""
 
-    code = "invalid_config"
-    status = 400
-    title = "Invalid configuration"
 
-
-class InvalidInjection(ConfigError):
+class InvalidInjection(ConfigError, code="invalid_injection", title="Invalid injection request"):
     """The pod cannot be injected as its annotations ask; nothing was changed."""
-
-    code = "invalid_injection"
-    title = "Invalid injection request"
 
     def __init__(self, detail: str, *, annotation: str | None = None) -> None:
         self.annotation = annotation
@@ -89,12 +93,8 @@ class InvalidInjection(ConfigError):
         return {"annotation": self.annotation} if self.annotation else {}
 
 
-class InvalidRequest(SidecarError):
+class InvalidRequest(SidecarError, code="invalid_request", status=400, title="Invalid request"):
     """The request is malformed or does not match its schema."""
-
-    code = "invalid_request"
-    status = 400
-    title = "Invalid request"
 
     def __init__(
         self, detail: str | None = None, *, errors: list[dict[str, Any]] | None = None
@@ -109,35 +109,20 @@ class InvalidRequest(SidecarError):
         return {"errors": self.errors} if self.errors else {}
 
 
-class NotFound(SidecarError):
+class NotFound(SidecarError, code="not_found", status=404, title="Not found"):
     """No such resource."""
 
-    code = "not_found"
-    status = 404
-    title = "Not found"
 
-
-class Unauthorized(SidecarError):
+class Unauthorized(SidecarError, code="unauthorized", status=401, title="Unauthorized"):
     """A valid bearer token is required."""
 
-    code = "unauthorized"
-    status = 401
-    title = "Unauthorized"
 
-
-class Conflict(SidecarError):
+class Conflict(SidecarError, code="conflict", status=409, title="Conflict"):
     """The request conflicts with the task's current state."""
 
-    code = "conflict"
-    status = 409
-    title = "Conflict"
 
-
-class LeaseHeld(Conflict):
+class LeaseHeld(Conflict, code="lease_held", title="Lease held by another worker"):
     """Another worker holds a live lease on this task."""
-
-    code = "lease_held"
-    title = "Lease held by another worker"
 
     def __init__(self, task: str, holder: str, attempt_id: str, expires_at: datetime) -> None:
         self.task = task
@@ -158,11 +143,8 @@ class LeaseHeld(Conflict):
         }
 
 
-class TaskIsDone(Conflict):
+class TaskIsDone(Conflict, code="task_done", title="Task done"):
     """The task was marked done; it is not claimed again until it is reopened."""
-
-    code = "task_done"
-    title = "Task done"
 
     def __init__(self, task: str, done_at: datetime, by: str, note: str | None) -> None:
         self.task = task
@@ -180,11 +162,8 @@ class TaskIsDone(Conflict):
                 "note": self.note}  # fmt: skip
 
 
-class StaleGeneration(Conflict):
+class StaleGeneration(Conflict, code="stale_generation", title="Stale generation"):
     """The write carries a generation that is not the task's current one; nothing was written."""
-
-    code = "stale_generation"
-    title = "Stale generation"
 
     def __init__(
         self,
@@ -218,11 +197,8 @@ class StaleGeneration(Conflict):
         }
 
 
-class EffectExists(Conflict):
+class EffectExists(Conflict, code="effect_exists", title="Effect already logged"):
     """The task's effect log already holds this effect key."""
-
-    code = "effect_exists"
-    title = "Effect already logged"
 
     def __init__(self, existing: Effect) -> None:
         self.existing = existing
@@ -235,51 +211,40 @@ class EffectExists(Conflict):
         return {"effect_key": self.existing.key, "state": self.existing.state.value}
 
 
-class InvalidTransition(Conflict):
+class InvalidTransition(Conflict, code="invalid_transition", title="Invalid effect transition"):
     """The effect state machine does not allow this change."""
 
-    code = "invalid_transition"
-    title = "Invalid effect transition"
 
-
-class PayloadTooLarge(InvalidRequest):
+class PayloadTooLarge(
+    InvalidRequest, code="payload_too_large", status=413, title="Payload too large"
+):
     """The request body is larger than its rule allows for a recorded effect."""
 
-    code = "payload_too_large"
-    status = 413
-    title = "Payload too large"
 
-
-class UnstorableValue(InvalidRequest):
+class UnstorableValue(
+    InvalidRequest, code="unstorable_value", status=422, title="Value the store cannot hold"
+):
     """The write carries a value the store cannot hold; nothing of it was written, and the
     other writes committed with it were (the group commit isolates it)."""
 
-    code = "unstorable_value"
-    status = 422
-    title = "Value the store cannot hold"
 
-
-class PayloadMismatch(InvalidRequest):
+class PayloadMismatch(
+    InvalidRequest,
+    code="payload_mismatch",
+    status=422,
+    title="Payload differs from the recorded effect",
+):
     """This effect was already performed with a different payload."""
 
-    code = "payload_mismatch"
-    status = 422
-    title = "Payload differs from the recorded effect"
 
-
-class TaskUnbound(SidecarError):
+class TaskUnbound(SidecarError, code="task_unbound", status=428, title="No task bound"):
     """No task is bound to this request, so its side effect cannot be recorded."""
 
-    code = "task_unbound"
-    status = 428
-    title = "No task bound"
 
-
-class EffectUnknown(Conflict):
+class EffectUnknown(
+    Conflict, code="effect_unknown", title="Effect outcome unknown (CANNOT DETERMINE)"
+):
     """The effect's outcome is unknown and cannot be checked: a human must decide."""
-
-    code = "effect_unknown"
-    title = "Effect outcome unknown (CANNOT DETERMINE)"
 
     def __init__(self, task: str, key: str, detail: str) -> None:
         self.task = task
@@ -290,11 +255,8 @@ class EffectUnknown(Conflict):
         return {"task": self.task, "effect_key": self.key}
 
 
-class EffectAbandoned(Conflict):
+class EffectAbandoned(Conflict, code="effect_abandoned", title="Effect abandoned by a human"):
     """A human abandoned this effect: it is not sent, now or by any later attempt."""
-
-    code = "effect_abandoned"
-    title = "Effect abandoned by a human"
 
     def __init__(self, task: str, key: str, by: str, note: str) -> None:
         self.task = task
@@ -311,12 +273,11 @@ class EffectAbandoned(Conflict):
                 "note": self.note}  # fmt: skip
 
 
-class NotWaitingForAHuman(Conflict):
+class NotWaitingForAHuman(
+    Conflict, code="not_waiting_for_a_human", title="Effect not waiting for a human"
+):
     """The effect is not waiting for a human: it is settled already, or an attempt could
     still land it (then ``retry_after_s`` says when to ask again, if it is known)."""
-
-    code = "not_waiting_for_a_human"
-    title = "Effect not waiting for a human"
 
     def __init__(
         self, task: str, key: str, state: str, detail: str, *, retry_after_s: float | None = None
@@ -334,12 +295,8 @@ class NotWaitingForAHuman(Conflict):
         return found
 
 
-class Unavailable(SidecarError):
+class Unavailable(SidecarError, code="unavailable", status=503, title="Unavailable"):
     """Temporarily unavailable; retry later."""
-
-    code = "unavailable"
-    status = 503
-    title = "Unavailable"
 
     def __init__(self, detail: str | None = None, *, retry_after_s: float | None = None) -> None:
         super().__init__(detail)
@@ -349,26 +306,17 @@ class Unavailable(SidecarError):
         return {} if self.retry_after_s is None else {"retry_after_s": self.retry_after_s}
 
 
-class StoreUnavailable(Unavailable):
+class StoreUnavailable(Unavailable, code="store_unavailable", title="Store unavailable"):
     """The store cannot durably record right now; nothing was forwarded or acknowledged."""
 
-    code = "store_unavailable"
-    title = "Store unavailable"
 
-
-class SidecarUnreachable(StoreUnavailable):
+class SidecarUnreachable(StoreUnavailable, code="sidecar_unreachable", title="No sidecar answers"):
     """No sidecar answers at the control address: nothing can be recorded through it (the
     CLI exits 5, as for a store that is unavailable)."""
 
-    code = "sidecar_unreachable"
-    title = "No sidecar answers"
 
-
-class NotReady(Unavailable):
+class NotReady(Unavailable, code="not_ready", title="Not ready"):
     """Part of the sidecar is not in place yet (or was lost): agents must wait."""
-
-    code = "not_ready"
-    title = "Not ready"
 
     def __init__(self, pending: dict[str, str]) -> None:
         super().__init__(
@@ -381,33 +329,20 @@ class NotReady(Unavailable):
         return super().extensions() | {"pending": self.pending}
 
 
-class LeaseExpiring(Unavailable):
+class LeaseExpiring(Unavailable, code="lease_expiring", title="Lease about to expire"):
     """This attempt's lease is about to expire and was not renewed: writes are held back."""
 
-    code = "lease_expiring"
-    title = "Lease about to expire"
 
-
-class EffectSettling(Unavailable):
+class EffectSettling(Unavailable, code="effect_settling", title="Effect settling"):
     """An earlier attempt could still land this effect; it is checked once that is over."""
 
-    code = "effect_settling"
-    title = "Effect settling"
 
-
-class ProbeFailed(Unavailable):
+class ProbeFailed(Unavailable, code="probe_failed", title="Probe failed"):
     """The evidence check for an effect of unknown outcome could not be made."""
 
-    code = "probe_failed"
-    title = "Probe failed"
 
-
-class UpstreamFailed(SidecarError):
+class UpstreamFailed(SidecarError, code="upstream_failed", status=502, title="Upstream failed"):
     """The upstream did not answer definitively; the effect's outcome is unknown."""
-
-    code = "upstream_failed"
-    status = 502
-    title = "Upstream failed"
 
     def __init__(self, detail: str, *, timeout: bool = False) -> None:
         super().__init__(detail)
@@ -416,12 +351,8 @@ class UpstreamFailed(SidecarError):
             self.status = 504
 
 
-class SidecarFault(SidecarError):
+class SidecarFault(SidecarError, code="sidecar_error", status=500, title="Sidecar error"):
     """Something unexpected went wrong inside the effect path (a bug, a value a client
     library refused).  The request is answered by the sidecar with this, never handed to
     the proxy engine to forward on its own; whatever was recorded first stays pending,
     which a later attempt treats as unknown (SPEC §3.6)."""
-
-    code = "sidecar_error"
-    status = 500
-    title = "Sidecar error"

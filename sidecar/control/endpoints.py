@@ -22,6 +22,11 @@ from sidecar.errors import InvalidRequest
 
 type Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+#: What a route that reads or writes the store may answer besides its own problems.
+STORE_PROBLEMS = ("invalid_request", "store_unavailable", "unauthorized")
+#: ... and a route about one task, which must exist.
+TASK_PROBLEMS = ("not_found", *STORE_PROBLEMS)
+
 _TASK = re.compile(TASK_PATTERN)
 
 

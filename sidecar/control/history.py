@@ -6,9 +6,9 @@ import asyncio
 
 from aiohttp import web
 
-from sidecar.control.endpoints import Api, json_answer, parse_body, task_param
+from sidecar.control.endpoints import TASK_PROBLEMS, Api, json_answer, parse_body, task_param
 from sidecar.control.keys import STORE
-from sidecar.control.pages import json_body, next_cursor, page_request, position
+from sidecar.control.pages import cut, json_body, page_request, position
 from sidecar.control.schemas import (
     CheckpointCreated,
     CheckpointList,
@@ -23,7 +23,6 @@ from sidecar.store import Store
 from sidecar.store.rows import to_us
 
 api = Api("history")
-_READ_PROBLEMS = ("not_found", "invalid_request", "store_unavailable", "unauthorized")
 
 
 @api.route(
@@ -33,13 +32,7 @@ _READ_PROBLEMS = ("not_found", "invalid_request", "store_unavailable", "unauthor
     body=CheckpointRequest,
     status=201,
     answer=CheckpointCreated,
-    problems=(
-        "stale_generation",
-        "not_found",
-        "invalid_request",
-        "store_unavailable",
-        "unauthorized",
-    ),
+    problems=("stale_generation", *TASK_PROBLEMS),
 )
 async def append_checkpoint(request: web.Request) -> web.Response:
     task = task_param(request)
@@ -63,29 +56,17 @@ async def _known(store: Store, task: str) -> None:
 
 
 def _page_of_checkpoints(task: str, found: list[Checkpoint], limit: int) -> bytes:
-    more = len(found) > limit
-    page = found[:limit]
-    answer = CheckpointList(
-        task=task,
-        checkpoints=[CheckpointOut.model_validate(c) for c in page],
-        next_cursor=next_cursor("checkpoints", page[-1].seq) if more else None,
-    )
+    page, cursor = cut(found, limit, "checkpoints", lambda c: c.seq)
+    checkpoints = [CheckpointOut.model_validate(c) for c in page]
+    answer = CheckpointList(task=task, checkpoints=checkpoints, next_cursor=cursor)
     return answer.model_dump_json().encode()
 
 
 def _page_of_effects(
     task: str, found: list[Effect], events: list[EffectEvent], limit: int
 ) -> bytes:
-    more = len(found) > limit
-    page = found[:limit]
-    last = page[-1] if page else None
-    answer = EffectList(
-        task=task,
-        effects=with_trails(page, events),
-        next_cursor=(
-            next_cursor("effects", [to_us(last.created_at), last.key]) if more and last else None
-        ),
-    )
+    page, cursor = cut(found, limit, "effects", lambda e: [to_us(e.created_at), e.key])
+    answer = EffectList(task=task, effects=with_trails(page, events), next_cursor=cursor)
     return answer.model_dump_json().encode()
 
 
@@ -94,7 +75,7 @@ def _page_of_effects(
     "/v1/tasks/{task}/checkpoints",
     summary="The task's checkpoints, oldest first, a page at a time.",
     answer=CheckpointList,
-    problems=_READ_PROBLEMS,
+    problems=TASK_PROBLEMS,
     paginated=True,
 )
 async def list_checkpoints(request: web.Request) -> web.Response:
@@ -120,14 +101,13 @@ async def list_checkpoints(request: web.Request) -> web.Response:
         "oldest first, a page at a time."
     ),
     answer=EffectList,
-    problems=_READ_PROBLEMS,
+    problems=TASK_PROBLEMS,
     paginated=True,
 )
 async def list_effects(request: web.Request) -> web.Response:
     task = task_param(request)
     asked = page_request(request, "effects")
-    at = position(asked, 1)
-    after = None if at is None else (at[0], at[1][0])
+    after = position(asked, 1)
     store = request.app[STORE]
     found = await store.effects_page(task, after, asked.limit + 1)
     if not found and after is None:

@@ -14,9 +14,9 @@ from datetime import datetime
 
 from aiohttp import web
 
-from sidecar.control.endpoints import Api
+from sidecar.control.endpoints import STORE_PROBLEMS, Api
 from sidecar.control.keys import CLOCK, STORE
-from sidecar.control.pages import json_body, next_cursor, page_request, position
+from sidecar.control.pages import cut, json_body, page_request, position
 from sidecar.control.schemas import EffectPage, TaskPage, TaskSummary, with_trails
 from sidecar.domain.ids import TASK_PATTERN
 from sidecar.domain.model import Effect, EffectEvent, EffectState, TaskView
@@ -25,7 +25,6 @@ from sidecar.store.base import TASK_STATES, EffectFilter, TaskFilter
 from sidecar.store.rows import to_us
 
 api = Api("listings")
-_PROBLEMS = ("invalid_request", "store_unavailable", "unauthorized")
 _EFFECT_STATES = tuple(s.value for s in EffectState)
 _MAX_FILTER = 256
 _TASK = re.compile(TASK_PATTERN)
@@ -46,15 +45,8 @@ def _text(request: web.Request, name: str) -> str | None:
 
 
 def _task_page(views: list[TaskView], limit: int, now: datetime) -> bytes:
-    page = views[:limit]
-    last = page[-1].state if page else None
-    more = len(views) > limit and last is not None
-    answer = TaskPage(
-        tasks=[TaskSummary.of(v, now) for v in page],
-        next_cursor=next_cursor("tasks", [to_us(last.created_at), last.task])
-        if more and last
-        else None,
-    )
+    page, cursor = cut(views, limit, "tasks", lambda v: [to_us(v.state.created_at), v.state.task])
+    answer = TaskPage(tasks=[TaskSummary.of(v, now) for v in page], next_cursor=cursor)
     return answer.model_dump_json().encode()
 
 
@@ -63,14 +55,13 @@ def _task_page(views: list[TaskView], limit: int, now: datetime) -> bytes:
     "/v1/tasks",
     summary="Tasks, newest first, a page at a time; ?state=leased|free|waiting|done, ?worker=.",
     answer=TaskPage,
-    problems=_PROBLEMS,
+    problems=STORE_PROBLEMS,
     paginated=True,
 )
 async def list_tasks(request: web.Request) -> web.Response:
     asked = page_request(request, "tasks")
     where = TaskFilter(_choice(request, "state", TASK_STATES), _text(request, "worker"))
-    at = position(asked, 1)
-    after = None if at is None else (at[0], at[1][0])
+    after = position(asked, 1)
     now = request.app[CLOCK].now()
     views = await request.app[STORE].tasks_page(where, after, asked.limit + 1, now)
     body = await asyncio.to_thread(_task_page, views, asked.limit, now)
@@ -78,15 +69,8 @@ async def list_tasks(request: web.Request) -> web.Response:
 
 
 def _effect_page(found: list[Effect], events: list[EffectEvent], limit: int) -> bytes:
-    page = found[:limit]
-    last = page[-1] if page else None
-    more = len(found) > limit and last is not None
-    answer = EffectPage(
-        effects=with_trails(page, events),
-        next_cursor=next_cursor("all-effects", [to_us(last.created_at), last.task, last.key])
-        if more and last
-        else None,
-    )
+    page, cursor = cut(found, limit, "all-effects", lambda e: [to_us(e.created_at), e.task, e.key])
+    answer = EffectPage(effects=with_trails(page, events), next_cursor=cursor)
     return answer.model_dump_json().encode()
 
 
@@ -98,7 +82,7 @@ def _effect_page(found: list[Effect], events: list[EffectEvent], limit: int) -> 
         "waits for a human), ?task=, ?rule=."
     ),
     answer=EffectPage,
-    problems=_PROBLEMS,
+    problems=STORE_PROBLEMS,
     paginated=True,
 )
 async def list_effects(request: web.Request) -> web.Response:
@@ -107,8 +91,7 @@ async def list_effects(request: web.Request) -> web.Response:
     if task is not None and not _TASK.fullmatch(task):
         raise InvalidRequest(f"invalid task id {task[:64]!r}")
     where = EffectFilter(_choice(request, "state", _EFFECT_STATES), task, _text(request, "rule"))
-    at = position(asked, 2)
-    after = None if at is None else (at[0], at[1][0], at[1][1])
+    after = position(asked, 2)
     store = request.app[STORE]
     found = await store.effects_across(where, after, asked.limit + 1)
     events = await store.effect_events_of([(e.task, e.key) for e in found[: asked.limit]])

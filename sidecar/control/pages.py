@@ -13,8 +13,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -57,9 +57,10 @@ def page_request(request: web.Request, kind: str) -> PageRequest:
     return PageRequest(int(raw_limit), None if cursor is None else _decode(cursor, kind))
 
 
-def position(asked: PageRequest, texts: int) -> tuple[datetime, list[str]] | None:
-    """A time-ordered list's cursor: [microseconds, then ``texts`` strings] decoded, or
-    None on the first page; 400 for anything else."""
+def position(asked: PageRequest, texts: int) -> tuple[Any, ...] | None:
+    """A time-ordered list's cursor: [microseconds, then ``texts`` strings] decoded as the
+    store's ``after`` (its datetime, then the strings), or None on the first page; 400 for
+    anything else."""
     after = asked.after
     if after is None:
         return None
@@ -69,13 +70,23 @@ def position(asked: PageRequest, texts: int) -> tuple[datetime, list[str]] | Non
             and len(rest) == texts
             and all(isinstance(part, str) for part in rest)
         ):
-            return from_us(us), [str(part) for part in rest]
+            return from_us(us), *(str(part) for part in rest)
     raise InvalidRequest("the cursor does not hold a position of this list")
 
 
 def json_body(body: bytes) -> web.Response:
     """A page already serialised (off the event loop) as the answer."""
     return web.Response(body=body, content_type="application/json")
+
+
+def cut[T](
+    found: list[T], limit: int, kind: str, where: Callable[[T], Any]
+) -> tuple[list[T], str | None]:
+    """The page out of ``found`` (read one more than ``limit``, to know whether another
+    page follows) and its ``next_cursor``: ``where`` its last item is, or None."""
+    page = found[:limit]
+    more = len(found) > limit and bool(page)
+    return page, next_cursor(kind, where(page[-1])) if more else None
 
 
 def next_cursor(kind: str, position: Any) -> str:

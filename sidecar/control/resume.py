@@ -16,7 +16,7 @@ from typing import Annotated
 from aiohttp import web
 from pydantic import Field
 
-from sidecar.control.endpoints import Api, json_answer, parse_body, task_param
+from sidecar.control.endpoints import TASK_PROBLEMS, Api, json_answer, parse_body, task_param
 from sidecar.control.keys import CLOCK, RULES, STORE, UPSTREAM
 from sidecar.control.schemas import Request
 from sidecar.resume.checklist import run_checklist
@@ -49,7 +49,7 @@ class ResumeCheckRequest(Request):
     "store unavailable). Claims nothing and records nothing.",
     body=ResumeCheckRequest,
     answer=Report,
-    problems=("not_found", "invalid_request", "store_unavailable", "unauthorized"),
+    problems=TASK_PROBLEMS,
 )
 async def resume_check(request: web.Request) -> web.Response:
     task = task_param(request)

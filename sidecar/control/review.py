@@ -20,7 +20,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
 from sidecar.cli.lifecycle import duration
-from sidecar.control.endpoints import Api, json_answer, task_param
+from sidecar.control.endpoints import STORE_PROBLEMS, Api, json_answer, task_param
 from sidecar.control.keys import CLOCK, STORE
 from sidecar.errors import InvalidRequest
 from sidecar.review import SCRATCH_PREFIX
@@ -28,7 +28,6 @@ from sidecar.review.collect import collect
 from sidecar.review.figures import Review
 
 api = Api("review")
-_PROBLEMS = ("invalid_request", "store_unavailable", "unauthorized")
 DEFAULT_SINCE = "30d"
 
 
@@ -48,7 +47,7 @@ class ScratchRemoved(BaseModel):
     "default 30d): replays, what waited for a human, uncovered writes, refused stale "
     "writes, stage durations against the lease. Read-only.",
     answer=Review,
-    problems=_PROBLEMS,
+    problems=STORE_PROBLEMS,
 )
 async def review(request: web.Request) -> web.Response:
     return json_answer(await _figures(request))
@@ -72,7 +71,7 @@ async def _figures(request: web.Request) -> Review:
     summary="The review since ?since= as the self-contained HTML report of `sidecar review "
     "--out` (inline SVG charts, no script). Read-only: the fencing proof is not run.",
     content_type="text/html",
-    problems=_PROBLEMS,
+    problems=STORE_PROBLEMS,
 )
 async def review_report(request: web.Request) -> web.Response:
     figures = await _figures(request)
@@ -90,7 +89,7 @@ async def review_report(request: web.Request) -> web.Response:
     summary="Delete a scratch task of `sidecar review`'s fencing proof (only tasks named "
     f"{SCRATCH_PREFIX}...; kept while its lease is live).",
     answer=ScratchRemoved,
-    problems=_PROBLEMS,
+    problems=STORE_PROBLEMS,
 )
 async def remove_scratch(request: web.Request) -> web.Response:
     task = task_param(request)

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Self
 from aiohttp import web
 from pydantic import Field, JsonValue, model_validator
 
-from sidecar.control.endpoints import Api, json_answer, parse_body, task_param
+from sidecar.control.endpoints import TASK_PROBLEMS, Api, json_answer, parse_body, task_param
 from sidecar.control.keys import RULES, STORE
 from sidecar.control.schemas import EffectOut, Request, Response
 from sidecar.domain import settling
@@ -85,13 +85,7 @@ class ResolveOut(Response):
     "DETERMINE): completed with the evidence found, failed, or abandoned; audited.",
     body=ResolveRequest,
     answer=ResolveOut,
-    problems=(
-        "not_waiting_for_a_human",
-        "not_found",
-        "invalid_request",
-        "store_unavailable",
-        "unauthorized",
-    ),
+    problems=("not_waiting_for_a_human", *TASK_PROBLEMS),
 )
 async def resolve(request: web.Request) -> web.Response:
     task = task_param(request)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from sidecar.control.endpoints import Api, json_answer, parse_body, task_param
+from sidecar.control.endpoints import (
+    STORE_PROBLEMS,
+    TASK_PROBLEMS,
+    Api,
+    json_answer,
+    parse_body,
+    task_param,
+)
 from sidecar.control.keys import BEFORE_RELEASE, CLOCK, STORE
 from sidecar.control.schemas import (
     ClaimRequest,
@@ -19,7 +26,6 @@ from sidecar.control.schemas import (
 from sidecar.errors import NotFound
 
 api = Api("tasks")
-_WRITE_PROBLEMS = ("invalid_request", "store_unavailable", "unauthorized")
 
 
 @api.route(
@@ -28,7 +34,7 @@ _WRITE_PROBLEMS = ("invalid_request", "store_unavailable", "unauthorized")
     summary="Start a new attempt: new attempt id, generation + 1, lease until now + ttl_s.",
     body=ClaimRequest,
     answer=ClaimResponse,
-    problems=("lease_held", "task_done", *_WRITE_PROBLEMS),
+    problems=("lease_held", "task_done", *STORE_PROBLEMS),
 )
 async def claim(request: web.Request) -> web.Response:
     task = task_param(request)
@@ -43,7 +49,7 @@ async def claim(request: web.Request) -> web.Response:
     summary="Extend the lease of the current attempt.",
     body=HeartbeatRequest,
     answer=LeaseResponse,
-    problems=("stale_generation", "not_found", *_WRITE_PROBLEMS),
+    problems=("stale_generation", *TASK_PROBLEMS),
 )
 async def heartbeat(request: web.Request) -> web.Response:
     task = task_param(request)
@@ -59,7 +65,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     "attempt's agent ended and is kept with the attempt.",
     body=ReleaseRequest,
     answer=LeaseResponse,
-    problems=("stale_generation", "not_found", *_WRITE_PROBLEMS),
+    problems=("stale_generation", *TASK_PROBLEMS),
 )
 async def release(request: web.Request) -> web.Response:
     task = task_param(request)
@@ -93,7 +99,7 @@ async def _task_out(request: web.Request, task: str) -> web.Response:
     "done task done again changes nothing.",
     body=DoneRequest,
     answer=TaskOut,
-    problems=("lease_held", "stale_generation", "not_found", *_WRITE_PROBLEMS),
+    problems=("lease_held", "stale_generation", *TASK_PROBLEMS),
 )
 async def done(request: web.Request) -> web.Response:
     task = task_param(request)
@@ -114,7 +120,7 @@ async def done(request: web.Request) -> web.Response:
     "Reopening a task that is not done changes nothing.",
     body=ReopenRequest,
     answer=TaskOut,
-    problems=("not_found", *_WRITE_PROBLEMS),
+    problems=TASK_PROBLEMS,
 )
 async def reopen(request: web.Request) -> web.Response:
     task = task_param(request)
@@ -129,7 +135,7 @@ async def reopen(request: web.Request) -> web.Response:
     summary="Lease, attempts, last checkpoint, effect counts by state, refused writes, "
     "done/reopened.",
     answer=TaskOut,
-    problems=("not_found", "invalid_request", "store_unavailable", "unauthorized"),
+    problems=TASK_PROBLEMS,
 )
 async def get_task(request: web.Request) -> web.Response:
     return await _task_out(request, task_param(request))

@@ -185,6 +185,13 @@ def _exclusions(redirect: Redirect, chain: str, networks: Sequence[Network]) -> 
     return rules
 
 
+def _restore_input(lines: list[str], hook: str | None) -> str:
+    """``lines`` as one table's restore input: the ``OUTPUT`` rule into chain ``hook``
+    (if given) after them, then ``COMMIT``."""
+    tail = [hook_rule(hook)] if hook is not None else []
+    return "\n".join([*lines, *tail, "COMMIT"]) + "\n"
+
+
 def nat_rules(redirect: Redirect, *, hook: bool = True) -> str:
     """``iptables-restore --noflush`` input for the ``nat`` table (IPv4)."""
     lines = [
@@ -212,10 +219,7 @@ def nat_rules(redirect: Redirect, *, hook: bool = True) -> str:
         ]
     else:
         lines.append(f"-A {REDIRECT_CHAIN} -p tcp -j REDIRECT --to-ports {redirect.proxy_port}")
-    if hook:
-        lines.append(hook_rule(CHAIN))
-    lines.append("COMMIT")
-    return "\n".join(lines) + "\n"
+    return _restore_input(lines, CHAIN if hook else None)
 
 
 def ipv6_rules(redirect: Redirect, *, hook: bool = True) -> str:
@@ -234,7 +238,4 @@ def ipv6_rules(redirect: Redirect, *, hook: bool = True) -> str:
             lines += [f"-A {CHAIN6}{where} -p tcp --dport {port} {reset}" for port in ports]
         else:
             lines.append(f"-A {CHAIN6}{where} -p tcp {reset}")
-    if hook:
-        lines.append(hook_rule(CHAIN6))
-    lines.append("COMMIT")
-    return "\n".join(lines) + "\n"
+    return _restore_input(lines, CHAIN6 if hook else None)

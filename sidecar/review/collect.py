@@ -8,8 +8,10 @@ is tallied (:mod:`.tally`) before the next is read.  The fencing proof's scratch
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 
+from sidecar.domain.model import EffectEvent, FenceRefusal
 from sidecar.review import SCRATCH_PREFIX
 from sidecar.review.figures import Review, Window
 from sidecar.review.tally import (
@@ -47,25 +49,32 @@ async def collect(store: Store, since: datetime, until: datetime, source: str) -
     )
 
 
+async def _logged[T: (EffectEvent, FenceRefusal)](
+    read: Callable[[int], Awaitable[list[tuple[int, T]]]], until: datetime
+) -> AsyncIterator[T]:
+    """The audit events or fence refusals ``read(after_id)`` pages through, up to
+    ``until``, but the review's own."""
+    after = 0
+    while page := await read(after):
+        for _, line in page:
+            if line.at <= until and not _ours(line.task):
+                yield line
+        after = page[-1][0]
+
+
 async def _events(store: Store, since: datetime, until: datetime) -> EventTally:
     tally = EventTally()
-    after = 0
-    while page := await store.events_since(since, REVIEWED_EVENTS, after, PAGE):
-        for _, event in page:
-            if event.at <= until and not _ours(event.task):
-                tally.add(event)
-        after = page[-1][0]
+    async for event in _logged(
+        lambda after: store.events_since(since, REVIEWED_EVENTS, after, PAGE), until
+    ):
+        tally.add(event)
     return tally
 
 
 async def _refusals(store: Store, since: datetime, until: datetime) -> RefusalTally:
     tally = RefusalTally()
-    after = 0
-    while page := await store.refusals_since(since, after, PAGE):
-        for _, refusal in page:
-            if refusal.at <= until and not _ours(refusal.task):
-                tally.add(refusal)
-        after = page[-1][0]
+    async for refusal in _logged(lambda after: store.refusals_since(since, after, PAGE), until):
+        tally.add(refusal)
     return tally
 
 

@@ -43,11 +43,8 @@ class RuleProblem:
         return f"{where}: {self.message}"
 
 
-class RuleError(ConfigError):
+class RuleError(ConfigError, code="invalid_rules", title="Invalid rules"):
     """The rule files are invalid."""
-
-    code = "invalid_rules"
-    title = "Invalid rules"
 
     def __init__(self, problems: Sequence[RuleProblem]) -> None:
         self.problems = list(problems)

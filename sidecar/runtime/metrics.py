@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -51,98 +52,84 @@ _LATENCY_BUCKETS = (
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.claims = Counter(
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        latency = partial(Histogram, buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.claims = counter(
             "sidecar_claims",
             "Claims by outcome (granted, lease_held, ...).",
             ["outcome"],
-            registry=self.registry,
         )
-        self.lease_conflicts = Counter(
+        self.lease_conflicts = counter(
             "sidecar_lease_conflicts",
             "Claims refused because another worker's lease was live.",
-            registry=self.registry,
         )
-        self.lease_takeovers = Counter(
+        self.lease_takeovers = counter(
             "sidecar_lease_takeovers",
             "Claims that ended an attempt which never released its lease (crashed, frozen "
             "or evicted workers).",
-            registry=self.registry,
         )
-        self.stale_writes_refused = Counter(
+        self.stale_writes_refused = counter(
             "sidecar_stale_writes_refused",
             "Writes refused because their generation was not the task's current one.",
             ["operation"],
-            registry=self.registry,
         )
-        self.store_writes = Counter(
+        self.store_writes = counter(
             "sidecar_store_writes",
             "Store write commands by operation and outcome code.",
             ["operation", "outcome"],
-            registry=self.registry,
         )
-        self.store_write_seconds = Histogram(
+        self.store_write_seconds = latency(
             "sidecar_store_write_seconds",
             "Time from submitting a write to its durable commit.",
             ["operation"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
         )
-        self.checkpoint_write_seconds = Histogram(
+        self.checkpoint_write_seconds = latency(
             "sidecar_checkpoint_write_seconds",
             "Checkpoint write latency, submit to durable commit (seed: watch the >1 s tail).",
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
         )
-        self.effects = Counter(
+        self.effects = counter(
             "sidecar_effects",
             "Matched requests by rule and what the sidecar did "
             "(recorded, replayed, probed, refused).",
             ["rule", "disposition"],
-            registry=self.registry,
         )
-        self.passthrough = Counter(
+        self.passthrough = counter(
             "sidecar_passthrough_requests",
             "Requests relayed untouched (no rule, or a read/idempotent rule).",
-            registry=self.registry,
         )
-        self.uncovered_writes = Counter(
+        self.uncovered_writes = counter(
             "sidecar_uncovered_writes",
             "POST/PUT/PATCH/DELETE requests no rule matched, by host (the first 100, then "
             "'other') and method.",
             ["host", "method"],
-            registry=self.registry,
         )
         self.uncovered_hosts = BoundedLabels()
-        self.tunnelled_connections = Counter(
+        self.tunnelled_connections = counter(
             "sidecar_tunnelled_connections",
             "Connections relayed as raw bytes (no rule or route names their host), by the "
             "CONNECT/SNI host (the first 100, then 'other').",
             ["host"],
-            registry=self.registry,
         )
         self.tunnelled_hosts = BoundedLabels()
-        self.refusals = Counter(
+        self.refusals = counter(
             "sidecar_refusals",
             "Requests and statements the sidecar refused, by problem code (effect_unknown: "
             "waits for a human; stale_generation, store_unavailable, task_unbound, ...).",
             ["code"],
-            registry=self.registry,
         )
-        self.notifications = Counter(
+        self.notifications = counter(
             "sidecar_notifications",
             "Events for --notify by outcome (delivered, failed, dropped).",
             ["event", "outcome"],
-            registry=self.registry,
         )
-        self.effects_awaiting_human = Gauge(
+        self.effects_awaiting_human = gauge(
             "sidecar_effects_awaiting_human",
             "Effects whose outcome is unknown (read from the store at each scrape).",
-            registry=self.registry,
         )
-        self.live_leases = Gauge(
+        self.live_leases = gauge(
             "sidecar_live_leases",
             "Tasks whose lease is live (read from the store at each scrape).",
-            registry=self.registry,
         )
 
     def render(self) -> bytes:

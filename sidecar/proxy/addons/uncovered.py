@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.domain.text import scrubbed
 from sidecar.errors import SidecarError
 from sidecar.proxy.addons.binder import METADATA
-from sidecar.proxy.addons.effects import UNMATCHED, is_guarded, to_response
+from sidecar.proxy.addons.effects import UNMATCHED, decoded_headers, is_guarded, to_response
 from sidecar.proxy.body_limit import answer_before_body
 from sidecar.proxy.exchange import refusal
 from sidecar.proxy.redact import request_summary
@@ -64,12 +64,10 @@ class UncoveredMode(StrEnum):
     DENY = "deny"
 
 
-class UncoveredWrite(SidecarError):
+class UncoveredWrite(
+    SidecarError, code="uncovered_write", status=403, title="Write not covered by any rule"
+):
     """A write no effect rule covers; ``--uncovered-writes deny`` refuses it."""
-
-    code = "uncovered_write"
-    status = 403
-    title = "Write not covered by any rule"
 
     def __init__(self, detail: str, members: dict[str, Any]) -> None:
         super().__init__(detail)
@@ -179,7 +177,7 @@ class UncoveredWrites:
         if binding is None:
             return  # bound to no task: logged and counted only
         authority = host if request.port in (80, 443) else f"{host}:{request.port}"
-        headers = _headers(request.headers.fields)
+        headers = decoded_headers(request)
         summary = request_summary(
             method,
             request.scheme,
@@ -191,24 +189,23 @@ class UncoveredWrites:
         )
         facts = HttpRequestFacts.from_target(method, host, request.port, request.path, headers)
         key = f"{UNCOVERED}:{method} {host}{shape}#{secrets.token_hex(8)}"
-        try:
-            await self.recorder.durably(
-                lambda: self.recorder.store.record_pending(
-                    binding.task,
-                    key,
-                    binding.attempt_id,
-                    binding.generation,
-                    kind=UNCOVERED,
-                    rule=UNCOVERED,
-                    fingerprint=fingerprint(facts),
-                    idempotency_key=None,
-                    request=scrubbed(summary | {"shape": shape}),
-                )
-            )
-        except SidecarError as error:
-            log.warning("uncovered write %s not recorded: %s", what, error.detail)
-            return
-        flow.metadata[_RECORDED] = (binding, key)
+        pending = self.recorder.store.record_pending
+        recorded = await self._durably(
+            f"uncovered write {what} not recorded",
+            lambda: pending(
+                binding.task,
+                key,
+                binding.attempt_id,
+                binding.generation,
+                kind=UNCOVERED,
+                rule=UNCOVERED,
+                fingerprint=fingerprint(facts),
+                idempotency_key=None,
+                request=scrubbed(summary | {"shape": shape}),
+            ),
+        )
+        if recorded:
+            flow.metadata[_RECORDED] = (binding, key)
 
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
         recorded: tuple[Binding, str] | None = flow.metadata.pop(_RECORDED, None)
@@ -233,27 +230,29 @@ class UncoveredWrites:
         detail: str,
     ) -> None:
         binding, key = recorded
+        transition = self.recorder.store.transition_effect
+        await self._durably(
+            f"uncovered write {key}: outcome not recorded",
+            lambda: transition(
+                binding.task,
+                key,
+                binding.attempt_id,
+                binding.generation,
+                state,
+                response=response,
+                detail=detail,
+            ),
+        )
+
+    async def _durably(self, failed: str, write: Callable[[], Awaitable[object]]) -> bool:
+        """A store write, retried as the recorder does; one that still fails is logged
+        (``failed: why``), and the request goes on: this is an inventory, not a guard."""
         try:
-            await self.recorder.durably(
-                lambda: self.recorder.store.transition_effect(
-                    binding.task,
-                    key,
-                    binding.attempt_id,
-                    binding.generation,
-                    state,
-                    response=response,
-                    detail=detail,
-                )
-            )
+            await self.recorder.durably(write)
         except SidecarError as error:
-            log.warning("uncovered write %s: outcome not recorded: %s", key, error.detail)
-
-
-def _headers(fields: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[str, str], ...]:
-    return tuple(
-        (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
-        for n, v in fields
-    )
+            log.warning("%s: %s", failed, error.detail)
+            return False
+        return True
 
 
 class TunnelCounter:
