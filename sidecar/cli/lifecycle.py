@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sidecar.cli.control_client import ControlClient, add_control_options
-from sidecar.cli.options import add_store_options, settings
+from sidecar.cli.options import add_store_options, existing_store, settings
 from sidecar.cli.resolve import default_by
 from sidecar.control.schemas import EffectOut, MarkOut
 from sidecar.domain.model import EffectEvent
@@ -109,14 +109,11 @@ async def _mark(args: argparse.Namespace, action: str) -> int:
         done = found.get("done")
         generation = found["generation"]
     else:
-        store = await _writable(args)
-        try:
+        async with existing_store(settings(args).store_url) as store:
             if action == "done":
                 state = await store.mark_done(args.task, by, note)
             else:
                 state = await store.reopen(args.task, by, note or "reopened")
-        finally:
-            await store.close()
         done = (
             None
             if state.done is None
@@ -134,17 +131,6 @@ async def _mark(args: argparse.Namespace, action: str) -> int:
     else:
         print(f"task {args.task} is open: it can be claimed again")
     return 0
-
-
-async def _writable(args: argparse.Namespace) -> Store:
-    url = settings(args).store_url
-    # Opened read-only first: a store that is missing is an error, not a new empty one.
-    probe = create_store(url, read_only=True)
-    await probe.open()
-    await probe.close()
-    store = create_store(url)
-    await store.open()
-    return store
 
 
 # ---- prune ----------------------------------------------------------------------
@@ -194,10 +180,9 @@ def _counts(rows: dict[str, int]) -> str:
 
 async def _prune(args: argparse.Namespace) -> int:
     cutoff = SystemClock().now() - args.older_than
-    store = await _writable(args)
     gone: list[Pruned] = []
     kept = 0
-    try:
+    async with existing_store(settings(args).store_url) as store:
         async for name in _candidates(store, cutoff):
             found = await store.prune_task(name, cutoff, dry_run=args.dry_run)
             if args.json:
@@ -213,8 +198,6 @@ async def _prune(args: argparse.Namespace) -> int:
             else:
                 kept += 1
         backend = (await store.info()).backend
-    finally:
-        await store.close()
     if not args.json:
         verb = "would be deleted" if args.dry_run else "deleted"
         rows = sum(sum(p.rows.values()) for p in gone)

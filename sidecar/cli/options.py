@@ -1,13 +1,19 @@
-"""Flags shared by several verbs, and turning them into :class:`Settings`."""
+"""Flags shared by several verbs, turning them into :class:`Settings`, and opening the
+store those settings name."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar import config
+
+if TYPE_CHECKING:
+    from sidecar.store import Store
 
 
 def add_config_option(parser: argparse.ArgumentParser) -> None:
@@ -64,3 +70,16 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
 def settings(args: argparse.Namespace, **flags: object) -> config.Settings:
     merged = {"store": args.store, "data_dir": args.data_dir} | flags
     return config.load(merged, args.config)
+
+
+@asynccontextmanager
+async def existing_store(url: str) -> AsyncIterator[Store]:
+    """The store at ``url``, open for writing, closed on leaving.  It is opened read-only
+    first: a store that is missing is an error, not a new empty one."""
+    from sidecar.store import create_store  # noqa: PLC0415 - only the verbs that write
+
+    probe = create_store(url, read_only=True)
+    await probe.open()
+    await probe.close()
+    async with create_store(url) as store:
+        yield store

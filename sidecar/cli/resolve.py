@@ -22,14 +22,13 @@ from typing import Any
 from urllib.parse import quote
 
 from sidecar.cli.control_client import ControlClient, add_control_options
-from sidecar.cli.options import add_store_options, settings
+from sidecar.cli.options import add_store_options, existing_store, settings
 from sidecar.control.schemas import EffectOut
 from sidecar.control.settle import ResolveOut
 from sidecar.domain import settling
 from sidecar.errors import ConfigError
 from sidecar.rules import load_rules
 from sidecar.rules.packs import default_rule_paths
-from sidecar.store import create_store
 from sidecar.store.settle import landing_of, resolve_effect
 
 PROG = "sidecar effects resolve"
@@ -166,19 +165,11 @@ async def _through_control(args: argparse.Namespace, request: dict[str, Any]) ->
 async def _in_store(args: argparse.Namespace, resolution: settling.Resolution) -> dict[str, Any]:
     found = settings(args)
     rules = load_rules(args.rules or found.rules or default_rule_paths())
-    # Opened read-only first: a store that is missing is an error, not a new empty one.
-    probe = create_store(found.store_url, read_only=True)
-    await probe.open()
-    await probe.close()
-    store = create_store(found.store_url)
-    await store.open()
-    try:
+    async with existing_store(found.store_url) as store:
         effect = await resolve_effect(
             store, args.task, args.effect_key, resolution, landing_of(rules)
         )
         events = await store.effect_events_of([(args.task, args.effect_key)])
-    finally:
-        await store.close()
     return ResolveOut(
         task=args.task,
         effect_key=args.effect_key,

@@ -18,14 +18,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sidecar.cli import lifecycle
 from sidecar.cli.control_client import ControlClient, add_control_options
-from sidecar.cli.options import add_store_options, settings
+from sidecar.cli.options import add_store_options, existing_store, settings
 from sidecar.errors import ConfigError
 from sidecar.review import report_html, report_text
 from sidecar.review.collect import collect
 from sidecar.review.figures import Review
 from sidecar.review.proof import ControlTarget, StoreTarget, prove_fencing
 from sidecar.runtime.clock import SystemClock
-from sidecar.store import create_store
 
 
 def register(verbs: Any) -> None:
@@ -82,18 +81,10 @@ async def _from_control(args: argparse.Namespace, back: str) -> Review:
 
 async def _from_store(args: argparse.Namespace) -> Review:
     url = settings(args).store_url
-    # Opened read-only first: a store that is missing is an error, not a new empty one.
-    probe = create_store(url, read_only=True)
-    await probe.open()
-    await probe.close()
-    store = create_store(url)
-    await store.open()
-    try:
+    async with existing_store(url) as store:
         now = SystemClock().now()
         review = await collect(store, now - args.since, now, source=_shown(url))
         proof, checkpoint, effect = await prove_fencing(StoreTarget(store))
-    finally:
-        await store.close()
     return review.model_copy(
         update={"fence_proof": proof, "checkpoint_write": checkpoint, "effect_write": effect}
     )

@@ -5,9 +5,11 @@ file the sidecar starts with; every problem in every file, and the checks across
 are reported in one run as ``FILE:LINE``, followed by warnings (a keyless
 ``non_idempotent`` rule, a rule an earlier one shadows) that do not fail the check.
 
-``explain`` says what the sidecar would do with one request or SQL text: the rule that
-matches (and the later ones it shadows for it), the effect key, the idempotency key sent
-upstream, the probe an unknown outcome would send, or that it is a write no rule covers.
+``explain`` prints what the sidecar would do with one request or SQL text, as
+:mod:`sidecar.rules.explain` works it out: the rule that matches (and the later ones it
+shadows for it), the effect key, the idempotency key sent upstream, the probe an unknown
+outcome would send, or that it is a write no rule covers.  This module parses the
+arguments and prints, nothing more.
 """
 
 from __future__ import annotations
@@ -19,18 +21,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sidecar.domain.ids import idempotency_key
 from sidecar.errors import ConfigError
-from sidecar.rules import HttpRequestFacts, RuleMatch, RuleProblem, RuleSet, fingerprint
+from sidecar.rules import HttpRequestFacts, RuleProblem
+from sidecar.rules.explain import explain_http, explain_sql
 from sidecar.rules.loader import RuleReport, check_rules
-from sidecar.rules.matcher import SqlRuleMatch, http_match
-from sidecar.rules.model import EffectKind, OnUnknown, Protocol, Rule
-from sidecar.rules.shapes import as_template, request_shape
-from sidecar.rules.sql import Statement, matches, split
-from sidecar.rules.templates import TemplateValueMissing
 
-WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-ATTEMPT = "ATTEMPT_ID"  # stands for the attempt id the sidecar mints at run time
+__all__ = ["register", "run_check", "run_explain"]
 
 
 def register(verbs: Any) -> None:
@@ -203,107 +199,6 @@ def _facts(method: str, url: str, headers: list[str], body: str | None) -> HttpR
     return HttpRequestFacts.from_url(method, url, pairs, raw)
 
 
-def _where(rules: RuleSet, rule: Rule) -> str:
-    source = rules.sources.get(rule.name)
-    return f"{source.file}:{source.line}" if source else ""
-
-
-def explain_http(rules: RuleSet, facts: HttpRequestFacts) -> dict[str, Any]:
-    """What the sidecar would do with this request, as JSON-ready data."""
-    candidates = [
-        (rule, params)
-        for rule in rules
-        if rule.http is not None and (params := http_match(rule.http, facts)) is not None
-    ]
-    out: dict[str, Any] = {
-        "request": {"method": facts.method, "host": facts.host, "path": facts.path},
-        "intercepted": rules.may_match_host(facts.host, facts.port),
-    }
-    if not candidates:
-        write = facts.method in WRITES
-        out |= {"rule": None, "disposition": "uncovered" if write else "passthrough"}
-        if write:
-            shape = request_shape(facts.path)
-            out["uncovered"] = {
-                "shape": shape,
-                "suggested_match": {
-                    "host": facts.host,
-                    "method": facts.method,
-                    "path": as_template(shape),
-                },
-            }
-        return out
-    rule, params = candidates[0]
-    match = RuleMatch(rule, params)
-    out |= {
-        "rule": {
-            "name": rule.name,
-            "at": _where(rules, rule),
-            "effect": rule.effect.value,
-            "params": dict(match.params),
-        },
-        "shadows": [{"name": r.name, "at": _where(rules, r)} for r, _ in candidates[1:]],
-    }
-    if not rule.logged:
-        out["disposition"] = "passthrough"
-        return out
-    out["disposition"] = "guarded"
-    key = match.key(facts)
-    out["effect_key"] = key
-    out["key_from"] = _key_source(rule, match, facts)
-    out["fingerprint"] = fingerprint(facts)
-    minted = idempotency_key(ATTEMPT, key)
-    out["idempotency"] = (
-        {
-            "header": rule.idempotency_header,
-            "value": minted,
-            "shape": "{attempt_id}:{sha256(key)[:16]}",
-        }
-        if rule.idempotency_header
-        else None
-    )
-    out["on_unknown"] = rule.on_unknown.value
-    out["on_divergence"] = rule.on_divergence.value
-    out["probe"] = _probe(rule, match, facts)
-    return out
-
-
-def _key_source(rule: Rule, match: RuleMatch, facts: HttpRequestFacts) -> str:
-    if rule.protocol is Protocol.GIT_RECEIVE_PACK:
-        return "the pushed refs (git-receive-pack: the body names them)"
-    if rule.key is None:
-        return "no 'key': method, path and a hash of the body (and query)"
-    try:
-        rule.key.render(facts, match.params)
-    except TemplateValueMissing as missing:
-        return (
-            f"'key' {rule.key.source!r} cannot be rendered ({missing}): fell back to the body hash"
-        )
-    return f"'key' {rule.key.source!r}"
-
-
-def _probe(rule: Rule, match: RuleMatch, facts: HttpRequestFacts) -> dict[str, Any] | None:
-    if rule.protocol is Protocol.GIT_RECEIVE_PACK:
-        return {"builtin": "the repository's advertised refs (GET info/refs)"}
-    spec = rule.probe
-    if spec is None or rule.on_unknown is not OnUnknown.PROBE:
-        return None
-    probe: dict[str, Any] = {
-        "method": spec.request.method,
-        "host": spec.request.host or facts.host,
-        "found": spec.found.source,
-        "answer_status": spec.answer.status,
-    }
-    try:
-        probe["path"] = spec.request.path.render(facts, match.params)
-        probe["headers"] = {
-            n: t.render(facts, match.params) for n, t in spec.request.headers.items()
-        }
-    except TemplateValueMissing as missing:
-        probe["error"] = f"cannot build the probe for this request: {missing}"
-    return probe
-
-
 def _http_text(found: dict[str, Any]) -> str:
     request = found["request"]
     lines = [f"request:     {request['method']} {request['host']}{request['path']}"]
@@ -360,48 +255,6 @@ def _http_text(found: dict[str, Any]) -> str:
             f"             found if {probe['found']}, answered as {probe['answer_status']}"
         )
     return "\n".join(lines)
-
-
-def explain_sql(
-    rules: RuleSet, sql: str, parameters: tuple[bytes | None, ...] = ()
-) -> dict[str, Any]:
-    """Each statement of ``sql``: its rule, the later rules shadowed, and its key as an
-    attempt running this text would record it (the n-th run of one key is ``KEY #n``)."""
-    runs: Counter[str] = Counter()
-    statements: list[dict[str, Any]] = []
-    for text in split(sql):
-        statement = Statement.of(text)
-        candidates = [
-            (rule, found)
-            for rule in rules
-            if rule.sql is not None and (found := matches(rule.sql.sql, statement))
-        ]
-        entry: dict[str, Any] = {"statement": statement.normalised, "kind": statement.kind}
-        statements.append(entry)
-        if not candidates:
-            entry |= {"rule": None, "disposition": "passthrough"}
-            continue
-        rule, found = candidates[0]
-        entry["rule"] = {"name": rule.name, "at": _where(rules, rule), "effect": rule.effect.value}
-        entry["shadows"] = [{"name": r.name, "at": _where(rules, r)} for r, _ in candidates[1:]]
-        if rule.effect is not EffectKind.NON_IDEMPOTENT:
-            entry["disposition"] = "passthrough"
-            continue
-        base = SqlRuleMatch(rule, found).key(statement, parameters)
-        entry["disposition"] = "guarded"
-        if statement.comment_key is not None:
-            entry |= {"effect_key": base, "ordinal": None}
-            entry["ordinal_note"] = "named by its sidecar:key comment: once per task, no ordinal"
-            continue
-        runs[base] += 1
-        ordinal = runs[base]
-        entry |= {
-            "effect_key": base if ordinal == 1 else f"{base} #{ordinal}",
-            "ordinal": ordinal,
-            "ordinal_note": "the n-th run of the same key in one attempt is KEY #n; a new "
-            "attempt counts from 1 again and is answered from the log",
-        }
-    return {"statements": statements}
 
 
 def _sql_text(found: dict[str, Any]) -> str:

@@ -17,12 +17,12 @@ from typing import Annotated, Any, Self
 from aiohttp import web
 from pydantic import Field, JsonValue, model_validator
 
-from sidecar.cli.rules import explain_http, explain_sql
 from sidecar.control.endpoints import Api, json_answer, parse_body
 from sidecar.control.keys import RULES
 from sidecar.control.schemas import Request, Response
 from sidecar.errors import InvalidRequest
 from sidecar.rules import HttpRequestFacts, RuleSet
+from sidecar.rules.explain import explain_http, explain_sql
 
 api = Api("rules")
 _PROBLEMS = ("invalid_request", "unauthorized")

@@ -33,7 +33,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -49,6 +48,7 @@ from sidecar.errors import ConfigError, InvalidInjection, InvalidRequest
 from sidecar.kube.config import InjectConfig
 from sidecar.kube.inject import inject
 from sidecar.kube.shape import describe
+from sidecar.runtime.aio import stop_on_signals
 from sidecar.runtime.tls import server_context
 
 log = logging.getLogger("sidecar.kube.webhook")
@@ -66,10 +66,8 @@ WORKLOADS = {
 }
 
 
-class BadReview(InvalidRequest):
+class BadReview(InvalidRequest, title="Not an AdmissionReview v1"):
     """The body is not an AdmissionReview v1 with a request."""
-
-    title = "Not an AdmissionReview v1"
 
 
 def parse(raw: bytes) -> Any:
@@ -359,9 +357,7 @@ async def serve(
     is not ready, before there is a certificate), then it maintains them.
     """
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(stop)
     if provider is not None and not await _until_stopped(provider.ensure(), stop):
         return
     runner, url = await start(listen, cert, key, config, reload_s)

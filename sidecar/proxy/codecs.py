@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from yarl import URL
 
 from sidecar.domain.model import Effect, EffectState, RecordedResponse
 from sidecar.errors import InvalidRequest, ProbeFailed
 from sidecar.proxy import git
 from sidecar.proxy.exchange import AgentRequest, Headers, Sender
 from sidecar.proxy.upstream import Reply, UpstreamError
-from sidecar.rules import EffectKind, RuleMatch, RuleSet
+from sidecar.rules import EffectKind, RuleMatch, fingerprint
 from sidecar.rules.model import Protocol as RuleProtocol
 from sidecar.rules.model import Rule
 from sidecar.rules.templates import TemplateValueMissing
@@ -80,12 +83,24 @@ def _auth_headers(request: AgentRequest, skip: set[str]) -> list[tuple[str, str]
     return [(n, v) for n, v in request.headers if n.lower() not in _NOT_FORWARDED | skip]
 
 
-class HttpCodec:
-    def __init__(self, rules: RuleSet) -> None:
-        self.rules = rules
+async def _ask(
+    sender: Sender,
+    method: str,
+    url: URL,
+    headers: Iterable[tuple[str, str]],
+    timeout_s: float,
+    probe: str,
+) -> Reply:
+    """A probe's request; no answer is :class:`ProbeFailed`, naming ``probe`` and the URL."""
+    try:
+        return await sender.send(method, url, headers, None, timeout_s=timeout_s)
+    except UpstreamError as error:
+        raise ProbeFailed(f"{probe} {url} failed: {error}") from error
 
+
+class HttpCodec:
     def describe(self, match: RuleMatch, request: AgentRequest) -> Described:
-        return Described(match.key(request.facts), self.rules.fingerprint(request.facts))
+        return Described(match.key(request.facts), fingerprint(request.facts))
 
     def replay(self, effect: Effect, described: Described) -> Content:
         response = effect.response
@@ -133,12 +148,8 @@ class HttpCodec:
         url = sender.url(request.scheme, spec.request.host or facts.host, facts.port, target)
         skip = {rule.idempotency_header.lower()} if rule.idempotency_header else set()
         headers = _auth_headers(request, skip) + list(extra.items())
-        try:
-            reply = await sender.send(
-                spec.request.method, url, headers, None, timeout_s=rule.timeout_s
-            )
-        except UpstreamError as error:
-            raise ProbeFailed(f"rule {rule.name}: probe {url} failed: {error}") from error
+        probe = f"rule {rule.name}: probe"
+        reply = await _ask(sender, spec.request.method, url, headers, rule.timeout_s, probe)
         if reply.status in spec.missing_status:
             return None
         if reply.status not in spec.found_status:
@@ -221,12 +232,8 @@ class GitPushCodec:
         facts = request.facts
         target = f"{_repository_path(request)}/info/refs?service=git-upload-pack"
         url = sender.url(request.scheme, facts.host, facts.port, target)
-        try:
-            reply = await sender.send(
-                "GET", url, _auth_headers(request, set()), None, timeout_s=match.rule.timeout_s
-            )
-        except UpstreamError as error:
-            raise ProbeFailed(f"git probe {url} failed: {error}") from error
+        headers = _auth_headers(request, set())
+        reply = await _ask(sender, "GET", url, headers, match.rule.timeout_s, "git probe")
         if reply.status != 200:
             raise ProbeFailed(f"git probe {url} answered {reply.status}")
         try:

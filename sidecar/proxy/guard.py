@@ -59,7 +59,7 @@ from sidecar.proxy.redact import (
 from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.recording.bindings import Binding, Bindings
 from sidecar.recording.recorder import Recorder
-from sidecar.rules import EffectKind, OnDivergence, OnUnknown, RuleMatch, RuleSet
+from sidecar.rules import EffectKind, OnDivergence, OnUnknown, RuleMatch
 from sidecar.rules.model import Rule
 from sidecar.runtime import failpoints
 from sidecar.runtime.aio import spawn
@@ -116,7 +116,6 @@ class EffectGuard:
     def __init__(
         self,
         store: Store,
-        rules: RuleSet,
         bindings: Bindings,
         upstream: Sender,
         clock: Clock,
@@ -131,7 +130,7 @@ class EffectGuard:
         self._upstream = upstream
         self._clock = clock
         self._metrics = metrics
-        self._http = HttpCodec(rules)
+        self._http = HttpCodec()
         self._git = GitPushCodec()
         self._in_flight: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._completed: OrderedDict[tuple[str, str], Effect] = OrderedDict()

@@ -85,7 +85,7 @@ class Prober:
         self._rules = rules
         self._sender = sender
         self._headers = tuple(headers)
-        self._http = HttpCodec(rules)
+        self._http = HttpCodec()
         self._git = GitPushCodec()
 
     async def probe(self, effect: Effect) -> Probed:

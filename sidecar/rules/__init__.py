@@ -2,9 +2,11 @@
 
 ``load_rules`` reads the YAML rule files (SPEC §5) into a :class:`RuleSet`.  The HTTP
 proxy asks it ``match`` for each request (the request as :class:`HttpRequestFacts`), then
-the :class:`RuleMatch` for its ``key`` and the set for the request's ``fingerprint``; the
-PostgreSQL relay asks ``match_sql`` for each statement (:mod:`.sql`).  Three kinds of
-rule: HTTP, git push (``protocol: git-receive-pack``) and SQL (``match: {sql: ...}``).
+the :class:`RuleMatch` for its ``key``, and :func:`fingerprint` for the request's
+fingerprint; the PostgreSQL relay asks ``match_sql`` for each statement (:mod:`.sql`),
+then the :class:`~.matcher.SqlRuleMatch` for its ``key``.  Three kinds of rule: HTTP, git
+push (``protocol: git-receive-pack``) and SQL (``match: {sql: ...}``).  :mod:`.explain`
+says what the sidecar would do with one request or SQL text, from the rules alone.
 """
 
 from __future__ import annotations

@@ -188,7 +188,3 @@ class RuleSet:
     @property
     def has_sql(self) -> bool:
         return any(rule.sql is not None for rule in self.rules)
-
-    @staticmethod
-    def fingerprint(facts: HttpRequestFacts) -> str:
-        return fingerprint(facts)

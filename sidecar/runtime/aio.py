@@ -1,4 +1,5 @@
-"""Background tasks through one helper that names them and keeps a reference.
+"""Background tasks through one helper that names them and keeps a reference; and the
+signals that stop a long-running process.
 
 asyncio only keeps weak references to tasks; a task nobody holds can be collected
 mid-flight.  Every long-lived task of the sidecar is started here.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import Coroutine
 from typing import Any
 
@@ -27,3 +29,10 @@ def _finished(task: asyncio.Task[Any]) -> None:
     _running.discard(task)
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.error("background task %s died", task.get_name(), exc_info=exc)
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """Set ``stop`` when the process gets SIGTERM or SIGINT (a process's orderly end)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)

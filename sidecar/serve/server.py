@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -46,7 +45,7 @@ from sidecar.proxy.upstream import Upstream
 from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
 from sidecar.rules.packs import default_rule_paths
-from sidecar.runtime.aio import spawn
+from sidecar.runtime.aio import spawn, stop_on_signals
 from sidecar.runtime.clock import SystemClock
 from sidecar.runtime.metrics import Metrics
 from sidecar.serve.notify import Notifier
@@ -208,7 +207,6 @@ async def start(settings: Settings) -> Running:
         stops.append(upstream.close)
         guard = EffectGuard(
             store,
-            rules,
             bindings,
             upstream,
             clock,
@@ -360,9 +358,7 @@ async def serve(settings: Settings) -> None:
     running = await start(settings)
     print(running.ready_line((await running.store.info()).url), flush=True)
     stop = running.stop_requested
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(stop)
     try:
         await stop.wait()
     finally:

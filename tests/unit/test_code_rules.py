@@ -92,12 +92,6 @@ ALLOW_LIST: dict[str, str] = {
 
 #: ``(file, function) -> (how many task starts, why)``: tasks started outside spawn.
 TASK_EXCEPTIONS: dict[tuple[str, str], tuple[int, str]] = {
-    ("sidecar/agent/isolation/forward.py", "Forwarder._serve.tracked"): (
-        1, "a task per connection, held in Forwarder._tasks, cancelled and awaited on close",
-    ),
-    ("sidecar/agent/isolation/forward.py", "_DnsRelay.datagram_received"): (
-        1, "a task per DNS query, held in the protocol's task set",
-    ),
     ("sidecar/agent/worker.py", "_run_agent"): (2, "heartbeats and the child's wait, awaited here"),
     ("sidecar/emulators/github/git_http.py", "_backend"): (
         2, "git's stdin feed and stderr read, awaited in the same function",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from sidecar.agent.isolation.netns import Namespace
 from sidecar.pgwire.codec import bind_request
+from sidecar.runtime.aio import spawn
 
 log = logging.getLogger("sidecar.exec")
 
@@ -81,10 +82,11 @@ class Forwarder:
                 await task
 
     async def _serve(self, sock: socket.socket, handler: _Handler) -> asyncio.Server:
+        host, port = sock.getsockname()[:2]
+        name = f"isolation connection to {host}:{port}"
+
         def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.ensure_future(_guarded(handler, reader, writer))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            _hold(self._tasks, spawn(_guarded(handler, reader, writer), name=name))
 
         return await asyncio.start_server(tracked, sock=sock)
 
@@ -115,6 +117,13 @@ class Forwarder:
             writer.close()
             return
         await _pipe_both(reader, writer, up_reader, up_writer)
+
+
+def _hold(tasks: set[asyncio.Task[None]], task: asyncio.Task[None]) -> None:
+    """Keep ``task`` in ``tasks`` (cancelled and awaited by :meth:`Forwarder.close`) while
+    it runs."""
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
 
 
 async def _guarded(
@@ -169,9 +178,7 @@ class _DnsRelay(asyncio.DatagramProtocol):
         self.transport = transport
 
     def datagram_received(self, data: bytes, addr: tuple[str | object, int]) -> None:
-        task = asyncio.ensure_future(self._ask(data, addr))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        _hold(self.tasks, spawn(self._ask(data, addr), name="isolation dns query"))
 
     async def _ask(self, query: bytes, client: tuple[str | object, int]) -> None:
         loop = asyncio.get_running_loop()

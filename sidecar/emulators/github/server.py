@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import socket
 import ssl
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from aiohttp import web
 from sidecar.config import parse_listen
 from sidecar.emulators.faults import Late
 from sidecar.emulators.github.app import make_app
+from sidecar.runtime.aio import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,7 @@ async def serve(
     await web.SockSite(runner, sock, ssl_context=tls).start()
     print(f"github emulator ready {address}", flush=True)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(stop)
     try:
         await stop.wait()
     finally:

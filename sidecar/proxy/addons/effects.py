@@ -8,7 +8,9 @@ a 413 before the body is read, a chunked body is cut off with a 413 once it pass
 limit (:mod:`sidecar.proxy.body_limit`).
 
 ``request``: the body is here; resolve the binding, let the guard decide, and answer
-the agent ourselves - mitmproxy never forwards a guarded request.  Both hooks answer
+the agent ourselves - mitmproxy never forwards a guarded request.  The request's facts
+and headers are the ones decoded in ``requestheaders`` (no addon changes a guarded
+request in between), with the body added.  Both hooks answer
 any exception themselves (500 ``sidecar_error``): an exception that left a hook would
 let mitmproxy forward the flow on its own, unrecorded (SPEC §3.6).  A request whose
 rules cannot even be matched is answered the same way: it might have been an effect.
@@ -16,7 +18,9 @@ rules cannot even be matched is answered the same way: it might have been an eff
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from dataclasses import dataclass
 
 from mitmproxy import http
 from mitmproxy.utils.strutils import always_bytes
@@ -24,7 +28,7 @@ from mitmproxy.utils.strutils import always_bytes
 from sidecar.errors import PayloadTooLarge, SidecarError, SidecarFault
 from sidecar.proxy.addons.binder import METADATA
 from sidecar.proxy.body_limit import BodyLimit, answer_before_body, limit_body
-from sidecar.proxy.exchange import AgentRequest, Answer, refusal
+from sidecar.proxy.exchange import AgentRequest, Answer, Headers, refusal
 from sidecar.proxy.guard import EffectGuard, fault
 from sidecar.proxy.redact import without_secrets
 from sidecar.rules import RuleMatch, RuleSet
@@ -35,6 +39,16 @@ log = logging.getLogger("sidecar.proxy")
 
 GUARDED = "sidecar.guarded"
 UNMATCHED = "sidecar.unmatched"  # no rule matched: a write is one no rule covers (uncovered.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Guarded:
+    """A matched effect between ``requestheaders`` and ``request``: its rule, and the
+    request as matched (its body not yet read)."""
+
+    match: RuleMatch
+    facts: HttpRequestFacts
+    headers: Headers
 
 
 def is_guarded(flow: http.HTTPFlow) -> bool:
@@ -53,18 +67,11 @@ def to_response(answer: Answer) -> http.Response:
     return response
 
 
-def _headers(message: http.Message) -> tuple[tuple[str, str], ...]:
+def decoded_headers(message: http.Message) -> Headers:
     """All header fields, repeated ones included, in order (as mitmproxy decodes them)."""
     return tuple(
         (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
         for n, v in message.headers.fields
-    )
-
-
-def _facts(flow: http.HTTPFlow, body: bytes | None) -> HttpRequestFacts:
-    request = flow.request
-    return HttpRequestFacts.from_target(
-        request.method, request.pretty_host, request.port, request.path, _headers(request), body
     )
 
 
@@ -93,20 +100,25 @@ class EffectAddon:
             flow.request.stream = True
             flow.metadata[UNMATCHED] = True
             return
-        match = self.rules.match(_facts(flow, None))
+        request = flow.request
+        headers = decoded_headers(request)
+        facts = HttpRequestFacts.from_target(
+            request.method, request.pretty_host, request.port, request.path, headers
+        )
+        match = self.rules.match(facts)
         if match is None:
             flow.metadata[UNMATCHED] = True
         if match is None or not match.rule.logged:
-            flow.request.stream = True
+            request.stream = True
             return
-        flow.metadata[GUARDED] = match
+        flow.metadata[GUARDED] = Guarded(match, facts, headers)
         rule = match.rule
 
         def too_large(size: str) -> http.Response:
             limit = f"rule {rule.name} records bodies up to {rule.max_body_bytes} bytes"
             return to_response(refusal(PayloadTooLarge(f"{limit}; this one {size}")))
 
-        declared = flow.request.headers.get("content-length", "")
+        declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > rule.max_body_bytes:
             answer_before_body(flow, too_large(f"declares {declared}"))
             return
@@ -116,17 +128,18 @@ class EffectAddon:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         # mitmproxy calls this hook even for a flow answered in requestheaders.
-        match: RuleMatch | None = flow.metadata.get(GUARDED)
-        if match is None or flow.response is not None:
+        guarded: Guarded | None = flow.metadata.get(GUARDED)
+        if guarded is None or flow.response is not None:
             return
+        rule = guarded.match.rule
         try:
-            await self._guard(flow, match)
+            await self._guard(flow, guarded)
         except Exception as unexpected:  # SPEC §3.6: never forward on failure
-            log.exception("guarding %s failed", match.rule.name, extra={"rule": match.rule.name})
-            flow.response = to_response(refusal(fault(unexpected, match.rule)))
+            log.exception("guarding %s failed", rule.name, extra={"rule": rule.name})
+            flow.response = to_response(refusal(fault(unexpected, rule)))
 
-    async def _guard(self, flow: http.HTTPFlow, match: RuleMatch) -> None:
-        seen = flow.request
+    async def _guard(self, flow: http.HTTPFlow, guarded: Guarded) -> None:
+        match, seen = guarded.match, flow.request
         # As the guard's audit lines name it: no query, no secret path parameters.
         path = without_secrets(seen.path.partition("?")[0], match.secrets)
         what = f"{seen.method} {seen.pretty_host}{path} (rule {match.rule.name})"
@@ -137,10 +150,10 @@ class EffectAddon:
             flow.response = to_response(refusal(error))
             return
         request = AgentRequest(
-            facts=_facts(flow, flow.request.raw_content or b""),
-            scheme=flow.request.scheme,
-            target=flow.request.path,
-            headers=_headers(flow.request),
+            facts=dataclasses.replace(guarded.facts, body=seen.raw_content or b""),
+            scheme=seen.scheme,
+            target=seen.path,
+            headers=guarded.headers,
         )
         flow.response = to_response(await self.guard.handle(binding, match, request))
 

@@ -134,7 +134,7 @@ def effect(response: RecordedResponse | None = None, request_json: object = None
 
 
 def test_an_http_effect_is_named_by_its_rules_key_and_told_apart_by_its_payload(rules):
-    codec = HttpCodec(rules)
+    codec = HttpCodec()
     gear = codec.describe(matched(rules, thing("gear")), thing("gear"))
     again = codec.describe(matched(rules, thing("gear")), thing("gear"))
     other = request("api.test", "/repos/app/things", b'{"name": "gear", "size": 2}')
@@ -147,7 +147,7 @@ def test_an_http_effect_is_named_by_its_rules_key_and_told_apart_by_its_payload(
 
 def test_a_completed_http_effect_is_replayed_exactly_as_recorded(rules):
     recorded = RecordedResponse(201, (("Content-Type", "application/json"), ("X-Id", "7")), b"{}")
-    codec = HttpCodec(rules)
+    codec = HttpCodec()
     content = codec.replay(effect(recorded), Described("app:gear", "sha256:x"))
     assert (content.status, content.headers, content.body) == (201, recorded.headers, b"{}")
     assert codec.reject(effect(recorded), Described("app:gear", "sha256:x")) is None
@@ -167,11 +167,11 @@ def test_a_completed_http_effect_is_replayed_exactly_as_recorded(rules):
     ],
 )
 def test_an_http_answer_decides_the_effects_state(rules, rule, status, state):
-    assert HttpCodec(rules).classify(rule_named(rules, rule), Reply(status, (), b"")) is state
+    assert HttpCodec().classify(rule_named(rules, rule), Reply(status, (), b"")) is state
 
 
 def test_an_already_exists_answer_is_recognised_only_by_its_status_and_body(rules):
-    codec = HttpCodec(rules)
+    codec = HttpCodec()
     rule = rule_named(rules, "things.create")
     assert codec.already_exists(rule, json_reply(422, {"message": "already exists"}))
     assert not codec.already_exists(rule, json_reply(422, {"message": "name too long"}))
@@ -183,7 +183,7 @@ def test_an_already_exists_answer_is_recognised_only_by_its_status_and_body(rule
 async def test_a_probe_asks_with_the_agents_credentials_and_answers_what_it_found(rules):
     upstream = Upstream([json_reply(200, [{"id": 7, "name": "gear"}, {"id": 8}])])
     agent = thing("gear", ("Idempotency-Key", "idem-1"), ("Content-Encoding", "gzip"))
-    found = await HttpCodec(rules).probe(
+    found = await HttpCodec().probe(
         upstream, matched(rules, agent), agent, effect(), Described("app:gear", "sha256:x")
     )
     assert found == RecordedResponse(
@@ -199,7 +199,7 @@ async def test_a_probe_asks_with_the_agents_credentials_and_answers_what_it_foun
 @pytest.mark.parametrize("answer", [json_reply(200, []), json_reply(404, {"message": "Not Found"})])
 async def test_a_probe_that_finds_nothing_says_the_effect_did_not_happen(rules, answer):
     agent = thing("gear")
-    found = await HttpCodec(rules).probe(
+    found = await HttpCodec().probe(
         Upstream([answer]), matched(rules, agent), agent, effect(), Described("app:gear", "x")
     )
     assert found is None
@@ -216,7 +216,7 @@ async def test_a_probe_that_finds_nothing_says_the_effect_did_not_happen(rules, 
 async def test_a_probe_that_cannot_tell_fails_rather_than_guess(rules, answer, why):
     agent = thing("gear")
     with pytest.raises(ProbeFailed, match=why):
-        await HttpCodec(rules).probe(
+        await HttpCodec().probe(
             Upstream([answer]), matched(rules, agent), agent, effect(), Described("app:gear", "x")
         )
 
@@ -224,13 +224,13 @@ async def test_a_probe_that_cannot_tell_fails_rather_than_guess(rules, answer, w
 async def test_a_rule_without_a_probe_or_the_values_it_needs_cannot_be_probed(rules):
     plain = request("api.test", "/plain", b"{}")
     with pytest.raises(ProbeFailed, match="has no probe"):
-        await HttpCodec(rules).probe(
+        await HttpCodec().probe(
             Upstream(), matched(rules, plain), plain, effect(), Described("k", "x")
         )
     nameless = request("api.test", "/repos/app/things", b"{}")
     upstream = Upstream()
     with pytest.raises(ProbeFailed, match="cannot build the probe"):
-        await HttpCodec(rules).probe(
+        await HttpCodec().probe(
             upstream, matched(rules, nameless), nameless, effect(), Described("k", "x")
         )
     assert upstream.sent == [], "no half-built probe is sent"
@@ -404,7 +404,7 @@ async def test_a_push_probe_that_cannot_tell_fails_rather_than_guess(rules, adve
 
 
 def test_the_codec_is_chosen_by_the_rules_protocol(rules):
-    http, push_codec = HttpCodec(rules), GitPushCodec()
+    http, push_codec = HttpCodec(), GitPushCodec()
     assert codec_for(rule_named(rules, "git.push"), http, push_codec) is push_codec
     assert codec_for(rule_named(rules, "things.create"), http, push_codec) is http
     assert codec_for(rule_named(rules, "model.ask"), http, push_codec) is http

@@ -123,7 +123,7 @@ def make_world(rules_text: str, tmp_path: Path, clock: ManualClock) -> World:
     store.observer = bindings
     upstream = FakeUpstream()
     rules = load_rules([rules_file])
-    guard = EffectGuard(store, rules, bindings, upstream, clock, Metrics(), store_retry_s=0.1)
+    guard = EffectGuard(store, bindings, upstream, clock, Metrics(), store_retry_s=0.1)
     return World(store, bindings, upstream, guard, rules)
 
 

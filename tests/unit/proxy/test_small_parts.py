@@ -14,6 +14,7 @@ from sidecar.proxy.addons.binder import METADATA, TaskBinder
 from sidecar.proxy.addons.effects import EffectAddon
 from sidecar.proxy.addons.gate import ReadinessGate
 from sidecar.proxy.embed import interception_hosts
+from sidecar.proxy.exchange import AgentRequest, Answer
 from sidecar.proxy.redact import REDACTED, request_summary
 from sidecar.proxy.routes import Routes
 from sidecar.recording.bindings import BindRequest
@@ -187,3 +188,48 @@ async def test_a_failure_while_guarding_answers_500_and_never_lets_the_flow_thro
     assert flow.response is not None
     assert flow.response.status_code == 500
     assert json.loads(flow.response.content)["code"] == "sidecar_error"
+
+
+class _Recorder:
+    async def bind(self, request: object, what: str, protocol: str) -> object:
+        return "binding"
+
+
+class _Guard:
+    """Takes what the addon hands the effect guard, and answers 201."""
+
+    recorder = _Recorder()
+
+    def __init__(self) -> None:
+        self.handled: list[AgentRequest] = []
+
+    async def handle(self, binding: object, match: object, request: AgentRequest) -> Answer:
+        self.handled.append(request)
+        return Answer(201, (("Content-Type", "application/json"),), b"{}", "recorded")
+
+
+async def test_the_guard_gets_the_request_as_matched_with_its_body(tmp_path: Path):
+    file = tmp_path / "r.yaml"
+    file.write_text(
+        "rules:\n  - name: notes.post\n    match: {host: address, method: POST}\n"
+        "    effect: non_idempotent\n"
+    )
+    flow = tflow.tflow()
+    flow.request.method = "POST"
+    flow.request.path = "/notes?draft=1"
+    flow.request.headers["X-Trace"] = "a"
+    flow.request.headers.add("X-Trace", "b")
+    guard = _Guard()
+    addon = _addon(load_rules([file]), guard)
+    addon.requestheaders(flow)
+    flow.request.content = b'{"n": 1}'  # the body arrives after the headers
+    await addon.request(flow)
+    assert flow.response is not None
+    assert flow.response.status_code == 201
+    (request,) = guard.handled
+    assert (request.facts.method, request.facts.path) == ("POST", "/notes")
+    assert request.facts.query == {"draft": "1"}
+    assert request.facts.headers["x-trace"] == "a", "the first of repeated headers"
+    assert request.facts.json_body() == {"n": 1}
+    assert request.target == "/notes?draft=1"
+    assert [v for n, v in request.headers if n == "X-Trace"] == ["a", "b"], "all, in order"

@@ -4,6 +4,8 @@ is in place; the control API can stop the process."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import aiohttp
@@ -11,6 +13,7 @@ import pytest
 
 from sidecar import config
 from sidecar.errors import ConfigError
+from sidecar.runtime.aio import stop_on_signals
 from sidecar.serve import server
 from sidecar.store import create_store
 
@@ -154,3 +157,16 @@ async def test_loopback_listeners_start_without_a_warning(tmp_path, caplog):
         running = await server.start(settings)
         await running.stop()
     assert not [r for r in caplog.records if "beyond loopback" in r.getMessage()]
+
+
+async def test_sigterm_and_sigint_set_the_stop_event():
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+        try:
+            os.kill(os.getpid(), sig)
+            await asyncio.wait_for(stop.wait(), 5)
+        finally:
+            for installed in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(installed)
