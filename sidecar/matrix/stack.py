@@ -1,7 +1,8 @@
 """A cell's private world: its own sidecar (data dir, free ports), and the user's agent
 run under ``sidecar exec`` against it as one attempt after another.
 
-The sidecar is a real ``sidecar serve`` process; a restart after a kill reuses its data
+The sidecar is a real ``sidecar serve`` process (a
+:class:`sidecar.testing.sidecar.SidecarProcess`); a restart after a kill reuses its data
 and ports (the agent's next attempt finds it where the last one did).  What the cell
 later checks is read from the sidecar itself: its control API (the task, its effects and
 audit trail) and its log, whose one ``effect forwarded`` / ``statement forwarded`` line
@@ -15,11 +16,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +27,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from sidecar.errors import SidecarError
 from sidecar.testing.processes import Child, ProcessFailed
-
-READY = r"effect-sidecar ready control=(\S+) proxy=(\S+)(?: pg=(\S+))? ca="
+from sidecar.testing.sidecar import HasSidecar, SidecarProcess
 
 # Every process the cells started, so that an interrupted matrix can stop them all (each
 # runs in a session of its own: a Ctrl-C does not reach it).
@@ -38,11 +36,11 @@ _started_lock = threading.Lock()
 _stopping = threading.Event()
 
 
-def _spawn(argv: list[str], env: dict[str, str], log: Path) -> Child:
+def _spawn(argv: list[str], env: dict[str, str], log: Path, cwd: Path | None) -> Child:
     with _started_lock:
         if _stopping.is_set():
             raise SidecarError("the matrix is stopping")
-        child = Child(argv, env=env, stderr_path=log)
+        child = Child(argv, env=env, cwd=cwd, stderr_path=log)
         _started.append(child)
     return child
 
@@ -78,14 +76,17 @@ class Setup:
 
 
 @dataclass
-class PrivateSidecar:
+class PrivateSidecar(HasSidecar):
     root: Path
     setup: Setup
-    child: Child | None = None
-    control: str = ""
-    proxy: str = ""
-    pg: str = ""
-    starts: int = 0
+    process: SidecarProcess = field(init=False)
+
+    def __post_init__(self) -> None:
+        pg = server_only(self.setup.pg_upstream) if self.setup.pg_upstream else None
+        self.process = SidecarProcess(
+            self.data_dir, self.root, self.setup.rules, self.setup.routes, pg,
+            spawn=_spawn, token=self.setup.token, timeout_s=15,
+        )  # fmt: skip
 
     @property
     def data_dir(self) -> Path:
@@ -96,38 +97,22 @@ class PrivateSidecar:
         return self.data_dir / "effects.db"
 
     @property
+    def child(self) -> Child | None:
+        return self.process.child
+
+    @property
     def pid(self) -> int:
-        assert self.child is not None
-        return self.child.pid
+        return self.process.pid
 
     def start(self, failpoints: str = "") -> None:
         """Start it (again, on the same data and ports after a kill)."""
-        if self.child is not None:
-            self.child.kill()
-        args = ["serve", "--data-dir", str(self.data_dir), "--log-level", "info"]
-        args += ["--control-listen", self.control.removeprefix("http://") or "127.0.0.1:0"]
-        args += ["--proxy-listen", self.proxy.removeprefix("http://") or "127.0.0.1:0"]
-        for path in self.setup.rules:
-            args += ["--rules", str(path)]
-        for route in self.setup.routes:
-            args += ["--route", route]
-        if self.setup.pg_upstream:
-            args += ["--pg-upstream", server_only(self.setup.pg_upstream)]
-            args += ["--pg-listen", urlsplit(self.pg).netloc or "127.0.0.1:0"]
-        env = dict(os.environ)
-        env.pop("SIDECAR_FAILPOINTS", None)
-        if failpoints:
-            env["SIDECAR_FAILPOINTS"] = failpoints
-        self.starts += 1
-        self.child = _spawn(
-            [sys.executable, "-m", "sidecar", *args], env, self.root / f"sidecar-{self.starts}.log"
-        )
+        environ = {k: v for k, v in os.environ.items() if k != "SIDECAR_FAILPOINTS"}
         try:
-            ready = self.child.wait_for(READY, timeout=60)
+            self.process.start(
+                {"SIDECAR_FAILPOINTS": failpoints} if failpoints else {}, environ=environ
+            )
         except ProcessFailed as failed:
             raise SidecarError(f"the cell's sidecar did not start: {failed}") from failed
-        self.control, self.proxy = ready.group(1, 2)
-        self.pg = ready.group(3) or ""
 
     def stopped(self) -> bool:
         """Whether the sidecar is frozen (it stopped itself at a failpoint)."""
@@ -138,24 +123,20 @@ class PrivateSidecar:
         return fields[0] in ("T", "t")
 
     def alive(self) -> bool:
-        return self.child is not None and self.child.proc.poll() is None
+        return self.process.alive()
 
     def thaw(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
 
     def close(self) -> None:
-        if self.child is not None:
-            if self.stopped():
-                self.thaw()
-            self.child.terminate(timeout=5)
+        if self.child is not None and self.stopped():
+            self.thaw()
+        self.process.terminate(timeout=5)
 
     # ---- what the sidecar knows ----------------------------------------------------
 
     def get(self, path: str) -> Any:
-        headers = {"Authorization": f"Bearer {self.setup.token}"} if self.setup.token else {}
-        request = urllib.request.Request(f"{self.control}{path}", headers=headers)  # noqa: S310 - the cell's sidecar, or the one --control names
-        with urllib.request.urlopen(request, timeout=15) as answer:  # noqa: S310
-            return json.load(answer)
+        return self.process.get(path)
 
     def task(self, task: str) -> dict[str, Any] | None:
         try:
@@ -213,7 +194,7 @@ class RunningSidecar(PrivateSidecar):
     def start(self, failpoints: str = "") -> None:
         assert not failpoints, "a running sidecar cannot be armed"
         assert self.setup.control is not None
-        self.control = self.setup.control
+        self.process.control = self.setup.control
         self.get("/readyz")  # answers, and with this token
 
     def stopped(self) -> bool:
@@ -248,20 +229,17 @@ class Attempts:
     def start(self, *, wait_s: float = 0.0) -> Child:
         setup, sidecar = self.sidecar.setup, self.sidecar
         n = len(self.runs) + 1
-        argv = [sys.executable, "-m", "sidecar", "exec", "--control", sidecar.control]
-        argv += ["--task", self.task, "--worker", f"worker-{n}"]
-        argv += ["--lease-ttl-s", f"{setup.lease_ttl_s:g}", "--wait-s", f"{wait_s:g}"]
-        argv += ["--", *setup.agent]
-        env = dict(os.environ) | dict(setup.extra_env)
-        env["SIDECAR_MATRIX_TASK"] = self.task
+        env = dict(setup.extra_env) | {"SIDECAR_MATRIX_TASK": self.task}
         if setup.token:
             env["SIDECAR_CONTROL_TOKEN"] = setup.token
         if sidecar.pg:
             env["SIDECAR_PG_URL"] = sidecar.pg
             if setup.pg_upstream:
                 env["DATABASE_URL"] = through_relay(setup.pg_upstream, sidecar.pg)
-        log = self.sidecar.root / f"attempt-{n}.log"
-        run = _spawn(argv, env, log)
+        run = sidecar.process.exec_agent(
+            self.task, f"worker-{n}", setup.agent, ttl_s=setup.lease_ttl_s, wait_s=wait_s,
+            env=env, log=sidecar.root / f"attempt-{n}.log",
+        )  # fmt: skip
         self.runs.append(run)
         return run
 
@@ -303,13 +281,7 @@ class Attempts:
 
     def kill_all(self) -> None:
         for run in self.runs:
-            if run.proc.poll() is None:
-                try:
-                    os.killpg(run.pid, signal.SIGCONT)
-                    run.kill_group()
-                except ProcessLookupError:
-                    pass
-            run.kill()
+            run.end()
 
 
 def through_relay(upstream: str, relay: str) -> str:

@@ -7,14 +7,14 @@
     world.branches(), world.pulls()                 # the outside world, counted
 
 The sidecar routes api.github.com and github.com to the emulator and api.openai.com to
-the model, with the github and llm-cache packs (or rules you give).  Used by
+the model, with the github and llm-cache packs (or rules you give); starting, killing
+and restarting it is :class:`sidecar.testing.sidecar.SidecarProcess`'s.  Used by
 ``sidecar demo`` (and ``demo --matrix``) and the GitHub acceptance tests.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ import requests
 
 from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
+from sidecar.testing.sidecar import HasSidecar, SidecarProcess
 
 TASK = "312"
 REPO = "acme/app"
@@ -77,6 +78,16 @@ def start_emulator(
     return emulator, github
 
 
+def routes(github: str, model: str) -> list[str]:
+    """``serve --route`` values: GitHub's names to the emulator, OpenAI's to the model."""
+    return [f"api.github.com={github}", f"github.com={github}", f"api.openai.com={model}"]
+
+
+def agent_argv(task: str) -> list[str]:
+    """The demo's coding agent, working on ``task`` in REPO."""
+    return [sys.executable, "-m", "sidecar.demo.agent", "--task", task, "--repo", REPO]
+
+
 def outside_world(github: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """REPO's branches other than main (name -> commit) and its pull requests."""
     _, state = call("GET", f"{github}/_emulator/state")
@@ -86,17 +97,19 @@ def outside_world(github: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
 
 
 @dataclass
-class GitHubWorld:
+class GitHubWorld(HasSidecar):
     root: Path
     emulator: Child
     github: str
     model: Child
     model_url: str
     rules: list[Path]
-    sidecar: Child | None = None
-    control: str = ""
-    proxy: str = ""
     agents: list[Child] = field(default_factory=list)
+    process: SidecarProcess = field(init=False)
+
+    def __post_init__(self) -> None:
+        served = routes(self.github, self.model_url)
+        self.process = SidecarProcess(self.root / "sidecar", self.root, self.rules, served)
 
     @classmethod
     def start(
@@ -122,44 +135,23 @@ class GitHubWorld:
 
     def start_sidecar(self, env: dict[str, str] | None = None) -> None:
         """Start, or restart on the same data and ports, the sidecar."""
-        if self.sidecar is not None:
-            self.sidecar.kill()
-        control = self.control.removeprefix("http://") or "127.0.0.1:0"
-        proxy = self.proxy.removeprefix("http://") or "127.0.0.1:0"
-        args = ["serve", "--data-dir", str(self.root / "sidecar"), "--control-listen", control,
-                "--proxy-listen", proxy, "--log-level", "info",
-                "--route", f"api.github.com={self.github}", "--route", f"github.com={self.github}",
-                "--route", f"api.openai.com={self.model_url}"]  # fmt: skip
-        for path in self.rules:
-            args += ["--rules", str(path)]
-        logs = len(list(self.root.glob("sidecar-*.log")))
-        self.sidecar = Child.python(
-            "sidecar", *args, env=os.environ | (env or {}),
-            stderr_path=self.root / f"sidecar-{logs + 1}.log",
-        )  # fmt: skip
-        ready = self.sidecar.wait_for(r"control=(\S+) proxy=(\S+)", timeout=60)
-        self.control, self.proxy = ready.group(1, 2)
+        self.process.start(env)
 
     def agent(
         self, worker: str, *, ttl_s: float = 4.0, wait_s: float = 30.0, task: str = TASK
     ) -> Child:
         """The demo's coding agent, run under `sidecar exec` as one attempt of ``task``."""
-        agent = Child.python(
-            "sidecar", "exec", "--control", self.control, "--task", task, "--worker", worker,
-            "--lease-ttl-s", str(ttl_s), "--wait-s", str(wait_s), "--",
-            sys.executable, "-m", "sidecar.demo.agent", "--task", task, "--repo", REPO,
-            stderr_path=self.root / f"agent-{len(self.agents) + 1}-{worker}.log",
-        )  # fmt: skip
+        log = self.root / f"agent-{len(self.agents) + 1}-{worker}.log"
+        agent = self.process.exec_agent(
+            task, worker, agent_argv(task), ttl_s=ttl_s, wait_s=wait_s, log=log
+        )
         self.agents.append(agent)
         return agent
 
     def command(self, worker: str, *argv: str, ttl_s: float = 4.0, wait_s: float = 30.0) -> Child:
         """Any command under `sidecar exec` (e.g. the git CLI) as one attempt of TASK."""
-        child = Child.python(
-            "sidecar", "exec", "--control", self.control, "--task", TASK, "--worker", worker,
-            "--lease-ttl-s", str(ttl_s), "--wait-s", str(wait_s), "--", *argv,
-            stderr_path=self.root / f"command-{len(self.agents) + 1}-{worker}.log",
-        )  # fmt: skip
+        log = self.root / f"command-{len(self.agents) + 1}-{worker}.log"
+        child = self.process.exec_agent(TASK, worker, argv, ttl_s=ttl_s, wait_s=wait_s, log=log)
         self.agents.append(child)
         return child
 
@@ -170,21 +162,16 @@ class GitHubWorld:
         return outside_world(self.github)[1]
 
     def effects(self, task: str = TASK) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = call("GET", f"{self.control}/v1/tasks/{task}/effects")[1][
-            "effects"
-        ]
+        found: list[dict[str, Any]] = self.process.get(f"/v1/tasks/{task}/effects")["effects"]
         return found
 
     def attempts(self, task: str = TASK) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = call("GET", f"{self.control}/v1/tasks/{task}")[1]["attempts"]
+        found: list[dict[str, Any]] = self.process.get(f"/v1/tasks/{task}")["attempts"]
         return found
 
     def close(self) -> None:
         for agent in self.agents:
-            if agent.proc.poll() is None:
-                agent.kill_group()
-            agent.kill()
-        if self.sidecar is not None:
-            self.sidecar.terminate()
+            agent.end()
+        self.process.terminate()
         self.model.kill()
         self.emulator.terminate()

@@ -7,6 +7,7 @@ chatty child never blocks on a full pipe.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -119,6 +120,15 @@ class Child:
         happens to a container that is evicted."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.kill()
+
+    def end(self) -> int:
+        """Tear-down: SIGKILL the child and everything it started even if frozen (a
+        SIGSTOPped group neither exits nor dies of SIGTERM), and reap it."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGCONT)
+                os.killpg(self.proc.pid, signal.SIGKILL)
         return self.kill()
 
     def terminate(self, timeout: float = 10.0) -> int:

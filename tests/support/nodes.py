@@ -22,7 +22,6 @@ import asyncio
 import os
 import secrets
 import signal
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,8 +35,17 @@ import requests
 from sidecar.domain.model import FenceRefusal
 from sidecar.rules.packs import packs_dir
 from sidecar.store import create_store
-from sidecar.testing.github import REPO, TASK, call, outside_world, start_emulator
+from sidecar.testing.github import (
+    REPO,
+    TASK,
+    agent_argv,
+    call,
+    outside_world,
+    routes,
+    start_emulator,
+)
 from sidecar.testing.processes import Child, ProcessFailed
+from sidecar.testing.sidecar import HasSidecar, SidecarProcess
 from tests.support.postgres import server_url
 
 type Answer = tuple[int, Any]
@@ -87,17 +95,13 @@ class SharedStore:
 
 
 @dataclass
-class Node:
+class Node(HasSidecar):
     """One `sidecar serve` on the shared store, with its own data dir (CA) and ports."""
 
     name: str
     root: Path
     store_url: str
-    routes: list[str]
-    rules: list[Path]
-    sidecar: Child
-    control: str
-    proxy: str
+    process: SidecarProcess
 
     @classmethod
     def start(
@@ -112,31 +116,24 @@ class Node:
     ) -> Node:
         """``routes`` are ``HOST=URL``; no ``rules`` means the shipped default packs."""
         root.mkdir(parents=True, exist_ok=True)
-        args = ["serve", "--store", store_url, "--data-dir", str(root / "data"),
-                "--control-listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0",
-                "--log-level", "info"]  # fmt: skip
-        for route in routes:
-            args += ["--route", route]
-        for path in rules:
-            args += ["--rules", str(path)]
-        sidecar = Child.python(
-            "sidecar", *args, env=os.environ | (env or {}), stderr_path=root / f"{name}.log"
+        process = SidecarProcess(
+            root / "data", root, rules, routes, args=["--store", store_url], timeout_s=30
         )
-        try:
-            ready = sidecar.wait_for(r"control=(\S+) proxy=(\S+)", timeout=60)
-        except ProcessFailed:
-            sidecar.kill()
-            raise
-        control, proxy = ready.group(1, 2)
-        return cls(name, root, store_url, list(routes), list(rules), sidecar, control, proxy)
+        process.start(env)
+        return cls(name, root, store_url, process)
+
+    @property
+    def sidecar(self) -> Child:
+        assert self.process.child is not None
+        return self.process.child
 
     # -- the control API ------------------------------------------------------------
 
     def get(self, path: str) -> Answer:
-        return _json(requests.get(f"{self.control}{path}", timeout=30))
+        return self.process.call("GET", path)
 
     def post(self, path: str, body: dict[str, Any]) -> Answer:
-        return _json(requests.post(f"{self.control}{path}", json=body, timeout=30))
+        return self.process.call("POST", path, body)
 
     def claim(self, task: str, worker: str, ttl_s: float) -> Answer:
         return self.post(f"/v1/tasks/{task}/claim", {"worker": worker, "ttl_s": ttl_s})
@@ -339,10 +336,9 @@ class GitHubNodes:
         return world
 
     def start_node(self, name: str, env: dict[str, str] | None = None) -> Node:
-        routes = [f"api.github.com={self.github}", f"github.com={self.github}",
-                  f"api.openai.com={self.model_url}"]  # fmt: skip
+        served = routes(self.github, self.model_url)
         node = Node.start(
-            self.root / name, name, self.store_url, routes=routes, rules=self.rules, env=env
+            self.root / name, name, self.store_url, routes=served, rules=self.rules, env=env
         )
         self.nodes[name] = node
         return node
@@ -358,16 +354,11 @@ class GitHubNodes:
         freeze: PushFreeze | None = None,
     ) -> Child:
         """The demo's coding agent under `sidecar exec` on ``node``: one attempt of ``task``."""
-        env = dict(os.environ)
-        if freeze is not None:
-            env = freeze.env(env)
-        agent = Child(
-            [sys.executable, "-m", "sidecar", "exec", "--control", self.nodes[node].control,
-             "--task", task, "--worker", worker, "--lease-ttl-s", str(ttl_s),
-             "--wait-s", str(wait_s),
-             "--", sys.executable, "-m", "sidecar.demo.agent", "--task", task, "--repo", REPO],
-            env=env, stderr_path=self.root / f"agent-{len(self.agents) + 1}-{worker}.log",
-        )  # fmt: skip
+        env = freeze.env(dict(os.environ)) if freeze is not None else None
+        log = self.root / f"agent-{len(self.agents) + 1}-{worker}.log"
+        agent = self.nodes[node].process.exec_agent(
+            task, worker, agent_argv(task), ttl_s=ttl_s, wait_s=wait_s, env=env, log=log
+        )
         self.agents.append(agent)
         return agent
 
@@ -385,13 +376,7 @@ class GitHubNodes:
 
     def close(self) -> None:
         for agent in self.agents:
-            if agent.proc.poll() is None:
-                try:
-                    thaw(agent)  # a frozen group would not die of SIGTERM, nor exit
-                    agent.kill_group()
-                except ProcessLookupError:
-                    pass
-            agent.kill()
+            agent.end()
         for node in self.nodes.values():
             node.stop()
         self.model.kill()

@@ -17,12 +17,9 @@ their connections to the attempt.  The server is ``$SIDECAR_TEST_POSTGRES`` (def
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-import sys
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +30,7 @@ import psycopg
 
 from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
+from sidecar.testing.sidecar import HasSidecar, SidecarProcess
 
 TASK = "312"
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
@@ -101,16 +99,18 @@ class ScratchDatabase:
 
 
 @dataclass
-class PostgresWorld:
+class PostgresWorld(HasSidecar):
     root: Path
     database: ScratchDatabase
     rules: list[Path]
     sidecar_args: list[str] = field(default_factory=list)
-    sidecar: Child | None = None
-    control: str = ""
-    proxy: str = ""
-    pg: str = ""
     agents: list[Child] = field(default_factory=list)
+    process: SidecarProcess = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.process = SidecarProcess(
+            self.root / "sidecar", self.root, pg_upstream=self.upstream, timeout_s=10
+        )
 
     @classmethod
     def start(
@@ -139,26 +139,11 @@ class PostgresWorld:
 
     def start_sidecar(self, env: dict[str, str] | None = None) -> None:
         """Start, or restart on the same data and ports, the sidecar."""
-        if self.sidecar is not None:
-            self.sidecar.kill()
-        args = ["serve", "--data-dir", str(self.root / "sidecar"), "--log-level", "info",
-                "--control-listen", self.control.removeprefix("http://") or "127.0.0.1:0",
-                "--proxy-listen", self.proxy.removeprefix("http://") or "127.0.0.1:0",
-                "--pg-listen", self.pg.removeprefix("postgresql://") or "127.0.0.1:0",
-                "--pg-upstream", self.upstream, *self.sidecar_args]  # fmt: skip
-        for path in self.rules:
-            args += ["--rules", str(path)]
-        logs = len(list(self.root.glob("sidecar-*.log")))
-        self.sidecar = Child.python(
-            "sidecar", *args, env=os.environ | (env or {}),
-            stderr_path=self.root / f"sidecar-{logs + 1}.log",
-        )  # fmt: skip
-        ready = self.sidecar.wait_for(r"control=(\S+) proxy=(\S+) pg=(\S+)", timeout=60)
-        self.control, self.proxy, self.pg = ready.group(1, 2, 3)
+        self.process.rules, self.process.args = self.rules, self.sidecar_args
+        self.process.start(env)
 
     def kill_sidecar(self) -> int:
-        assert self.sidecar is not None
-        return self.sidecar.kill()
+        return self.process.kill()
 
     def agent_env(self, *, through_sidecar: bool = True) -> dict[str, str]:
         """libpq's variables and DATABASE_URL, naming the sidecar (or the server itself)."""
@@ -183,13 +168,9 @@ class PostgresWorld:
         cwd: Path | None = None,
     ) -> Child:
         """``argv`` under `sidecar exec`, as one attempt of ``task``, through the sidecar."""
-        child = Child(
-            [sys.executable, "-m", "sidecar", "exec", "--control", self.control,
-             "--task", task, "--worker", worker, "--lease-ttl-s", str(ttl_s),
-             "--wait-s", str(wait_s),
-             "--", *argv],
-            env=os.environ | self.agent_env(), cwd=cwd,
-            stderr_path=self.root / f"agent-{len(self.agents) + 1}-{worker}.log",
+        child = self.process.exec_agent(
+            task, worker, argv, ttl_s=ttl_s, wait_s=wait_s, env=self.agent_env(), cwd=cwd,
+            log=self.root / f"agent-{len(self.agents) + 1}-{worker}.log",
         )  # fmt: skip
         self.agents.append(child)
         return child
@@ -205,13 +186,7 @@ class PostgresWorld:
 
     def claim(self, task: str, worker: str = "tester", ttl_s: float = 60.0) -> Attempt:
         """A new attempt of ``task`` (fencing the previous one), for clients run in-process."""
-        body = json.dumps({"worker": worker, "ttl_s": ttl_s}).encode()
-        request = urllib.request.Request(
-            f"{self.control}/v1/tasks/{task}/claim", data=body, method="POST",
-            headers={"Content-Type": "application/json"},
-        )  # fmt: skip
-        with urllib.request.urlopen(request, timeout=10) as response:
-            granted = json.load(response)
+        granted = self.process.post(f"/v1/tasks/{task}/claim", {"worker": worker, "ttl_s": ttl_s})
         return Attempt(task, granted["attempt_id"], int(granted["generation"]))
 
     def client_url(self, attempt: Attempt | None = None) -> str:
@@ -238,9 +213,7 @@ class PostgresWorld:
 
     def effects(self, task: str = TASK) -> list[dict[str, Any]]:
         """The sidecar's effect log for ``task`` (as `sidecar effects` shows it)."""
-        url = f"{self.control}/v1/tasks/{task}/effects"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            found: list[dict[str, Any]] = json.load(response)["effects"]
+        found: list[dict[str, Any]] = self.process.get(f"/v1/tasks/{task}/effects")["effects"]
         return found
 
     def settled_effects(self, task: str = TASK, timeout: float = 10.0) -> list[dict[str, Any]]:
@@ -258,9 +231,6 @@ class PostgresWorld:
 
     def close(self) -> None:
         for agent in self.agents:
-            if agent.proc.poll() is None:
-                agent.kill_group()
-            agent.kill()
-        if self.sidecar is not None:
-            self.sidecar.terminate()
+            agent.end()
+        self.process.terminate()
         self.database.drop()

@@ -14,7 +14,6 @@ the machine.  Used by the acceptance tests.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import urllib.error
@@ -25,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.testing.processes import Child
-
-READY = r"effect-sidecar ready control=(\S+) proxy=(\S+) ca=(\S+)"
+from sidecar.testing.sidecar import SidecarProcess
 
 
 @dataclass
@@ -37,12 +35,12 @@ class Stack:
     rules: list[Path]
     hosts: list[str]
     sidecar_args: list[str] = field(default_factory=list)
-    sidecar: Child | None = None
-    control_url: str = ""
-    proxy_url: str = ""
-    ca_cert: str = ""
     agents: list[Child] = field(default_factory=list)
-    _starts: int = 0
+    process: SidecarProcess = field(init=False)
+
+    def __post_init__(self) -> None:
+        routes = [f"{host}={self.upstream_url}" for host in self.hosts]
+        self.process = SidecarProcess(self.data_dir, self.root, routes=routes, timeout_s=10)
 
     @classmethod
     def start(
@@ -69,32 +67,29 @@ class Stack:
     def data_dir(self) -> Path:
         return self.root / "sidecar-data"
 
+    @property
+    def sidecar(self) -> Child | None:
+        return self.process.child
+
+    @property
+    def control_url(self) -> str:
+        return self.process.control
+
+    @property
+    def proxy_url(self) -> str:
+        return self.process.proxy
+
+    @property
+    def ca_cert(self) -> str:
+        return self.process.ca_cert
+
     def start_sidecar(self, env: dict[str, str] | None = None) -> None:
         """Start (or restart, on the same data and ports) the sidecar."""
-        if self.sidecar is not None:
-            self.sidecar.kill()  # reap the previous one (and close its log file)
-        control = self.control_url.removeprefix("http://") or "127.0.0.1:0"
-        proxy = self.proxy_url.removeprefix("http://") or "127.0.0.1:0"
-        args = ["serve", "--data-dir", str(self.data_dir)]
-        args += ["--control-listen", control, "--proxy-listen", proxy, "--log-level", "info"]
-        for path in self.rules:
-            args += ["--rules", str(path)]
-        for host in self.hosts:
-            args += ["--route", f"{host}={self.upstream_url}"]
-        args += self.sidecar_args
-        self._starts += 1
-        self.sidecar = Child.python(
-            "sidecar",
-            *args,
-            env=os.environ | (env or {}),
-            stderr_path=self.root / f"sidecar-{self._starts}.log",
-        )
-        ready = self.sidecar.wait_for(READY, timeout=60)
-        self.control_url, self.proxy_url, self.ca_cert = ready.group(1, 2, 3)
+        self.process.rules, self.process.args = self.rules, self.sidecar_args
+        self.process.start(env)
 
     def kill_sidecar(self) -> int:
-        assert self.sidecar is not None
-        return self.sidecar.kill()
+        return self.process.kill()
 
     def exec_agent(
         self,
@@ -107,26 +102,10 @@ class Stack:
         exec_args: Sequence[str] = (),
     ) -> Child:
         """``sidecar exec --task TASK -- python SCRIPT ARGS`` against this stack's sidecar."""
-        agent = Child.python(
-            "sidecar",
-            "exec",
-            "--task",
-            task,
-            "--worker",
-            worker,
-            "--lease-ttl-s",
-            str(ttl_s),
-            "--wait-s",
-            str(wait_s),
-            "--control",
-            self.control_url,
-            *exec_args,
-            "--",
-            sys.executable,
-            str(script),
-            *args,
-            stderr_path=self.root / f"agent-{len(self.agents) + 1}.log",
-        )
+        agent = self.process.exec_agent(
+            task, worker, [sys.executable, str(script), *args], ttl_s=ttl_s, wait_s=wait_s,
+            options=exec_args, log=self.root / f"agent-{len(self.agents) + 1}.log",
+        )  # fmt: skip
         self.agents.append(agent)
         return agent
 
@@ -140,13 +119,11 @@ class Stack:
         return found
 
     def effects(self, task: str) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self._get(f"{self.control_url}/v1/tasks/{task}/effects")[
-            "effects"
-        ]
+        found: list[dict[str, Any]] = self.process.get(f"/v1/tasks/{task}/effects")["effects"]
         return found
 
     def task(self, task: str) -> dict[str, Any]:
-        found: dict[str, Any] = self._get(f"{self.control_url}/v1/tasks/{task}")
+        found: dict[str, Any] = self.process.get(f"/v1/tasks/{task}")
         return found
 
     def wait_for_lease(self, task: str, timeout: float = 15.0) -> dict[str, Any]:
@@ -185,6 +162,5 @@ class Stack:
     def close(self) -> None:
         for agent in self.agents:
             agent.kill()
-        if self.sidecar is not None:
-            self.sidecar.terminate()
+        self.process.terminate()
         self.upstream.kill()
