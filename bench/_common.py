@@ -4,19 +4,32 @@
 * ``Check``: one line of ``./run bench all``'s table (path, figure, target, met?), which
   every benchmark writes with ``--json PATH`` next to its rows;
 * ``rss_mib``, ``listening_port``, ``fdatasync_p50_ms``: what the benches read from /proc
-  and the disk.
+  and the disk;
+* ``drive`` / ``interleaved`` / ``Row``: closed-loop clients over an operation, rounds of
+  cases interleaved (order reversed every other round);
+* ``parser`` / ``run``: the options every timed benchmark takes (``--seconds``,
+  ``--rounds``, ``--json``) and its main: measure in a scratch directory, report, write.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import math
 import os
 import statistics
+import sys
+import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from itertools import count
 from pathlib import Path
 from typing import Any
+
+#: One operation of a benchmark's client; its argument numbers the calls.
+Op = Callable[[int], Awaitable[object]]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -143,3 +156,99 @@ def paired(a: list[float], b: list[float]) -> Sample:
     steadier than the ratio of their medians when the machine's load moves between rounds
     (both sides of a pair ran seconds apart)."""
     return Sample([ratio(x, y) for x, y in zip(a, b, strict=True)])
+
+
+@dataclass
+class Row:
+    """One case's figures, a value per round."""
+
+    rate: Sample = field(default_factory=Sample)
+    p50: Sample = field(default_factory=Sample)
+    p99: Sample = field(default_factory=Sample)
+
+
+async def drive(clients: int, seconds: float, op: Op) -> tuple[float, float, float]:
+    """Run ``op`` from ``clients`` closed-loop clients for ``seconds``: (calls/s, p50, p99 ms)."""
+    latencies: list[float] = []
+    numbers = count()
+    deadline = time.perf_counter() + seconds
+
+    async def client() -> None:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            await op(next(numbers))
+            latencies.append(time.perf_counter() - started)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    elapsed = time.perf_counter() - began
+    return (
+        len(latencies) / elapsed,
+        statistics.median(latencies) * 1e3,
+        percentile(latencies, 0.99) * 1e3,
+    )
+
+
+async def interleaved(
+    cases: list[tuple[str, int, Op]],
+    results: dict[tuple[str, int], Row],
+    args: argparse.Namespace,
+    *,
+    warm_clients: int | None = None,
+) -> None:
+    """A warm-up of ``args.warm_up`` seconds per case (with at most ``warm_clients``
+    clients), then ``args.rounds`` rounds of ``args.seconds`` per case, the order reversed
+    every other round; each round's figures are added to ``results[(name, clients)]``."""
+    width = max(len(name) for name, _, _ in cases)
+    for _name, clients, op in cases:
+        await drive(min(clients, warm_clients or clients), args.warm_up, op)
+    for round_ in range(args.rounds):
+        for name, clients, op in cases if round_ % 2 == 0 else cases[::-1]:
+            rate, p50, p99 = await drive(clients, args.seconds, op)
+            row = results.setdefault((name, clients), Row())
+            row.rate.add(rate)
+            row.p50.add(p50)
+            row.p99.add(p99)
+            print(
+                f"  round {round_ + 1}  {name:<{width}} c={clients:<3} {rate:>9,.0f}/s  "
+                f"p50 {p50:6.2f} ms",
+                file=sys.stderr,
+            )
+
+
+def parser(
+    doc: str | None,
+    *,
+    seconds: float,
+    seconds_help: str = "per row and round",
+    rounds_help: str = "interleaved rounds (median)",
+    warm_up: float | None = None,
+) -> argparse.ArgumentParser:
+    """The options of a timed benchmark: ``--seconds``, ``--rounds``, ``--json`` and, given
+    a default, ``--warm-up``; the benchmark adds its own."""
+    options = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    options.add_argument("--seconds", type=float, default=seconds, help=seconds_help)
+    options.add_argument("--rounds", type=int, default=3, help=rounds_help)
+    if warm_up is not None:
+        options.add_argument("--warm-up", type=float, default=warm_up, help="seconds per row, once")
+    options.add_argument("--json", help="write the figures and checks here")
+    return options
+
+
+def run(
+    bench: str,
+    args: argparse.Namespace,
+    measure: Callable[[Path, Output], Awaitable[None]],
+    report: Callable[[Output], None],
+) -> None:
+    """A benchmark's main: ``measure`` in a scratch directory, ``report`` into its
+    ``Output``, the run time, and ``--json``."""
+    began = time.monotonic()
+    out = Output(bench)
+    with tempfile.TemporaryDirectory(prefix=f"bench-{bench}-") as tmp:
+        asyncio.run(measure(Path(tmp), out))
+    report(out)
+    print(f"\nruntime: {time.monotonic() - began:.0f} s")
+    out.write(args.json)

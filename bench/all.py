@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import met_text
+from _common import met_text, parser
 
 HERE = Path(__file__).parent
 
@@ -60,14 +60,9 @@ def machine() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=1.5, help="per row and round")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-    parser.add_argument("--no-growth", action="store_true", help="skip the 50k-effect RSS run")
-    parser.add_argument("--json", help="write every check here")
-    args = parser.parse_args()
+    options = parser(__doc__, seconds=1.5)
+    options.add_argument("--no-growth", action="store_true", help="skip the 50k-effect RSS run")
+    args = options.parse_args()
     began = time.monotonic()
     load_before = os.getloadavg()
     checks: list[dict[str, object]] = []

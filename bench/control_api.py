@@ -28,18 +28,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
-import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from itertools import count
 from pathlib import Path
 
 import aiohttp
-from _common import Output, Sample, paired, percentile
+from _common import Op, Output, Row, interleaved, paired, parser, run
 
 from sidecar.store.sqlite import SQLiteStore
 from sidecar.testing.processes import Child
@@ -51,38 +46,7 @@ REFERENCE = "aiohttp + sqlite3 group-commit server (reference)"
 API = "HTTP API POST /checkpoints"
 CLAIM = "HTTP API POST /claim (new task each)"
 
-Op = Callable[[int], Awaitable[object]]
-
-
-@dataclass
-class Row:
-    rate: Sample = field(default_factory=Sample)
-    p50: Sample = field(default_factory=Sample)
-    p99: Sample = field(default_factory=Sample)
-
-
 RESULTS: dict[tuple[str, int], Row] = {}
-
-
-async def drive(clients: int, seconds: float, op: Op) -> tuple[float, float, float]:
-    latencies: list[float] = []
-    numbers = count()
-    deadline = time.perf_counter() + seconds
-
-    async def client() -> None:
-        while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            await op(next(numbers))
-            latencies.append(time.perf_counter() - started)
-
-    began = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    elapsed = time.perf_counter() - began
-    return (
-        len(latencies) / elapsed,
-        statistics.median(latencies) * 1e3,
-        percentile(latencies, 0.99) * 1e3,
-    )
 
 
 def _reference_db(path: Path) -> sqlite3.Connection:
@@ -199,19 +163,7 @@ async def measure(args: argparse.Namespace, root: Path) -> None:
         if not args.http_only:
             cases += [(CLAIM, c, claim_new) for c in CLIENTS]
 
-        for _name, clients, op in cases:
-            await drive(clients, args.warm_up, op)
-        for round_ in range(args.rounds):
-            for name, clients, op in cases if round_ % 2 == 0 else cases[::-1]:
-                rate, p50, p99 = await drive(clients, args.seconds, op)
-                row = RESULTS.setdefault((name, clients), Row())
-                row.rate.add(rate)
-                row.p50.add(p50)
-                row.p99.add(p99)
-                print(
-                    f"  round {round_ + 1}  {name:<52} c={clients:<3} {rate:>9,.0f}/s",
-                    file=sys.stderr,
-                )
+        await interleaved(cases, RESULTS, args)
 
 
 def report(out: Output) -> None:
@@ -242,22 +194,10 @@ def report(out: Output) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=2.0, help="per row and round")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-    parser.add_argument("--warm-up", type=float, default=1.0, help="seconds per row, once")
-    parser.add_argument("--http-only", action="store_true", help="only the two servers' rows")
-    parser.add_argument("--json", help="write the figures and checks here")
-    args = parser.parse_args()
-    began = time.monotonic()
-    out = Output("control_api")
-    with tempfile.TemporaryDirectory(prefix="bench-control-") as tmp:
-        asyncio.run(measure(args, Path(tmp)))
-    report(out)
-    print(f"\nruntime: {time.monotonic() - began:.0f} s")
-    out.write(args.json)
+    options = parser(__doc__, seconds=2.0, warm_up=1.0)
+    options.add_argument("--http-only", action="store_true", help="only the two servers' rows")
+    args = options.parse_args()
+    run("control_api", args, lambda tmp, _out: measure(args, tmp), report)
 
 
 if __name__ == "__main__":

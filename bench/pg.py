@@ -54,12 +54,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import Output, Sample, paired
+from _common import Output, Sample, paired, parser
 
 from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
@@ -123,6 +124,9 @@ class Run:
 
 
 RESULTS: dict[tuple[str, int, str], list[Run]] = {}
+# The recording sidecar's own store writes over the whole run, from its /metrics:
+# operation -> (writes, mean ms from submit to durable commit).
+STORE_WRITES: dict[str, tuple[int, float]] = {}
 
 
 def psql(database: str, sql: str, *, port: int = PORT, env: dict[str, str] | None = None) -> str:
@@ -253,6 +257,23 @@ def recorded_ready(database: str, route: Route, timeout: float = 20.0) -> None:
             return
 
 
+def store_writes(control: str) -> dict[str, tuple[int, float]]:
+    """Per store operation: how many writes and their mean latency (ms), as the sidecar's
+    ``sidecar_store_write_seconds`` histogram counted them."""
+    with urllib.request.urlopen(f"{control}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found: dict[str, dict[str, float]] = {}
+    for name, operation, value in re.findall(
+        r'^sidecar_store_write_seconds_(sum|count)\{operation="([^"]+)"\} (\S+)$', text, re.M
+    ):
+        found.setdefault(operation, {})[name] = float(value)
+    return {
+        operation: (int(v["count"]), v["sum"] / v["count"] * 1e3)
+        for operation, v in found.items()
+        if v.get("count")
+    }
+
+
 def measure(args: argparse.Namespace, root: Path, database: str) -> tuple[int, int, str]:
     """Run every case; return (recorded transactions, rows in effect_sidecar.effects, note)."""
     insert, extra = root / "insert.sql", root / "insert_extra.sql"
@@ -327,6 +348,7 @@ def measure(args: argparse.Namespace, root: Path, database: str) -> tuple[int, i
                             file=sys.stderr,
                         )
         rows = int(psql(database, "SELECT count(*) FROM effect_sidecar.effects"))
+        STORE_WRITES.update(store_writes(recording.wait_for(r"control=(\S+)")[1]))
     return recorded_total, rows, note
 
 
@@ -379,6 +401,19 @@ def report(out: Output) -> None:
             f"direct; recording through the sidecar costs {added:+.3f} ms "
             f"(recorded vs no SQL rules) = {added / cost:.2f}x the extra INSERT"
         )
+    if pending := STORE_WRITES.get("effect.record"):
+        writes, mean_ms = pending
+        plain = median(INSERT, 1, SIDECAR)
+        print(
+            f"the pending write (SPEC §3: durable in the sidecar's store before the statement "
+            f"is sent): {writes:,} writes, {mean_ms:.3f} ms mean from submit to commit"
+            + (
+                f"; with it on the path a recorded statement at c=1 can reach at most "
+                f"{plain[1] / (plain[1] + mean_ms):.2f}x of an unrecorded one"
+                if plain
+                else ""
+            )
+        )
     checks(out, median)
 
 
@@ -422,14 +457,9 @@ def checks(out: Output, median: Callable[[str, int, str], tuple[float, float] | 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=4.0, help="pgbench -T per run")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-    parser.add_argument("--checks-only", action="store_true", help="only what bench all checks")
-    parser.add_argument("--json", help="write the figures and checks here")
-    args = parser.parse_args()
+    options = parser(__doc__, seconds=4.0, seconds_help="pgbench -T per run")
+    options.add_argument("--checks-only", action="store_true", help="only what bench all checks")
+    args = options.parse_args()
     out = Output("pg")
     began, load = time.monotonic(), os.getloadavg()[0]
     server = psql("postgres", "SHOW server_version")

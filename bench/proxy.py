@@ -43,22 +43,24 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
 
 import aiohttp
 from _common import (
+    Op,
     Output,
+    Row,
     Sample,
     fdatasync_p50_ms,
+    interleaved,
     listening_port,
     paired,
-    percentile,
+    parser,
     rss_mib,
+    run,
 )
 
 from sidecar.testing.processes import Child
@@ -89,60 +91,7 @@ VS = {
     RECORDED_BIG: PASS_BIG,
 }
 
-Op = Callable[[int], Awaitable[None]]
-
-
-@dataclass
-class Row:
-    rps: Sample = field(default_factory=Sample)
-    p50: Sample = field(default_factory=Sample)
-    p99: Sample = field(default_factory=Sample)
-
-
 RESULTS: dict[tuple[str, int], Row] = {}
-
-
-async def drive(clients: int, seconds: float, op: Op) -> tuple[float, float, float]:
-    """Run ``op`` from ``clients`` closed-loop clients for ``seconds``: (req/s, p50, p99 ms)."""
-    latencies: list[float] = []
-    numbers = count()
-    deadline = time.perf_counter() + seconds
-
-    async def client() -> None:
-        while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            await op(next(numbers))
-            latencies.append(time.perf_counter() - started)
-
-    began = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    elapsed = time.perf_counter() - began
-    return (
-        len(latencies) / elapsed,
-        statistics.median(latencies) * 1e3,
-        percentile(latencies, 0.99) * 1e3,
-    )
-
-
-async def interleaved(
-    cases: list[tuple[str, int, Op]], rounds: int, seconds: float, warm_up: float
-) -> None:
-    """A warm-up pass over ``cases``, then ``rounds`` rounds, order reversed every other."""
-    for _name, clients, op in cases:
-        await drive(min(clients, 8), warm_up, op)
-    for round_ in range(rounds):
-        order = cases if round_ % 2 == 0 else cases[::-1]
-        for name, clients, op in order:
-            rps, p50, p99 = await drive(clients, seconds, op)
-            row = RESULTS.setdefault((name, clients), Row())
-            row.rps.add(rps)
-            row.p50.add(p50)
-            row.p99.add(p99)
-            print(
-                f"  round {round_ + 1}  {name:<28} c={clients:<3} {rps:>8,.0f}/s  "
-                f"p50 {p50:6.2f} ms",
-                file=sys.stderr,
-            )
 
 
 def mitmdump(root: Path, tag: str) -> Child:
@@ -291,7 +240,7 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
                     (RECORDED, clients, new_effect()),
                     (REPLAYED, clients, lambda n: post("http://bench.test/effects/same")),
                 ]
-            await interleaved(small, args.rounds, args.seconds, args.warm_up)
+            await interleaved(small, RESULTS, args, warm_clients=8)
             if args.growth:  # before the 1 MiB rows, whose freed buffers could hide growth
                 figures["growth_rss_mib"] = await growth(side.pid, new_effect())
 
@@ -313,7 +262,7 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
                     await asyncio.sleep(0.02)
 
             watcher = asyncio.create_task(watch())
-            await interleaved(big, args.rounds, args.seconds, args.warm_up)
+            await interleaved(big, RESULTS, args, warm_clients=8)
             stop.set()
             await watcher
             figures["big_rss_mib"] = {"before": before, "peak": peak}
@@ -349,7 +298,7 @@ def med(name: str, clients: int) -> Row:
 
 def rps_vs(name: str, base: str, clients: int) -> Sample:
     """``name``'s req/s over ``base``'s, per round."""
-    return paired(med(name, clients).rps.values, med(base, clients).rps.values)
+    return paired(med(name, clients).rate.values, med(base, clients).rate.values)
 
 
 def times(x: Sample) -> str:
@@ -364,12 +313,12 @@ def report(out: Output) -> None:
         base = VS.get(name)
         vs = f"{rps_vs(name, base, clients).median:.2f}x {base}" if base else ""
         print(
-            f"| {name} | {clients} | {row.rps.median:,.0f} | {row.rps.spread()} | "
+            f"| {name} | {clients} | {row.rate.median:,.0f} | {row.rate.spread()} | "
             f"{row.p50.median:.2f} | {row.p99.median:.2f} | {vs} |"
         )
     f["rows"] = {
         f"{name} c={clients}": {
-            "rps": row.rps.values,
+            "rps": row.rate.values,
             "p50_ms": row.p50.values,
             "p99_ms": row.p99.values,
         }
@@ -469,22 +418,10 @@ def report(out: Output) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=2.0, help="per row and round")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-    parser.add_argument("--warm-up", type=float, default=0.5, help="seconds per row, once")
-    parser.add_argument("--growth", action="store_true", help="RSS after 10k and 50k effects")
-    parser.add_argument("--json", help="write the figures and checks here")
-    args = parser.parse_args()
-    began = time.monotonic()
-    out = Output("proxy")
-    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
-        asyncio.run(measure(args, Path(tmp), out))
-    report(out)
-    print(f"\nruntime: {time.monotonic() - began:.0f} s")
-    out.write(args.json)
+    options = parser(__doc__, seconds=2.0, warm_up=0.5)
+    options.add_argument("--growth", action="store_true", help="RSS after 10k and 50k effects")
+    args = options.parse_args()
+    run("proxy", args, lambda tmp, out: measure(args, tmp, out), report)
 
 
 if __name__ == "__main__":

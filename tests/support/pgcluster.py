@@ -18,7 +18,6 @@ the system temporary directory, since pytest's ``tmp_path`` is private to root.
 
 from __future__ import annotations
 
-import datetime
 import glob
 import os
 import pwd
@@ -74,33 +73,12 @@ def free_port() -> int:
 def self_signed(directory: Path, owner: pwd.struct_passwd | None) -> None:
     """server.crt / server.key (P-256, CN=localhost, 1 day) in ``directory``."""
     # cryptography comes with mitmproxy; imported here so the module loads without it.
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
-    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+    from tests.support.certs import cert_pem, key_pem, make_ca  # noqa: PLC0415
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
+    cert, key = make_ca("localhost", ca=False, key_id=False)
     crt, pem = directory / "server.crt", directory / "server.key"
-    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    crt.write_bytes(cert_pem(cert))
+    pem.write_bytes(key_pem(key))
     pem.chmod(0o600)  # the server refuses a key others can read
     if owner is not None:
         for path in (crt, pem):
