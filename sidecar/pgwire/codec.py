@@ -35,6 +35,9 @@ MAX_STARTUP = 10_000
 MAX_BEFORE_AUTH = 65_535
 
 
+_LENGTH = struct.Struct("!i")
+
+
 class ProtocolError(ValueError):
     """The peer sent bytes that are not the PostgreSQL protocol."""
 
@@ -129,21 +132,28 @@ class _Reader:
         self._buffer.clear()
         return rest
 
-    def _framed(self) -> list[Message]:
+    def _framed(self, data: bytes) -> list[Message]:
+        """Every whole message of what was kept plus ``data``; the rest is kept."""
+        if self._buffer:
+            self._buffer += data
+            data = bytes(self._buffer)
+            self._buffer.clear()
         out: list[Message] = []
-        buffer = self._buffer
-        at = 0
-        while len(buffer) - at >= 5:
-            (length,) = struct.unpack_from("!i", buffer, at + 1)
+        at, size = 0, len(data)
+        # Sliced out of the bytes read (a whole read that is one message is not copied):
+        # the server's answers come a few small messages per read, every one relayed.
+        while size - at >= 5:
+            (length,) = _LENGTH.unpack_from(data, at + 1)
             if length < 4 or length > self.max_message:
-                raise ProtocolError(f"message {bytes(buffer[at : at + 1])!r} has length {length}")
+                raise ProtocolError(f"message {data[at : at + 1]!r} has length {length}")
             end = at + 1 + length
-            if len(buffer) < end:
+            if size < end:
                 break
-            raw = bytes(buffer[at:end])
+            raw = data[at:end]
             out.append(Message(raw[:1], None, raw))
             at = end
-        del buffer[:at]
+        if at < size:
+            self._buffer += memoryview(data)[at:]
         return out
 
 
@@ -181,8 +191,7 @@ class FrontendReader(_Reader):
         return Startup(code, raw[8:], raw)
 
     def feed(self, data: bytes) -> list[Message]:
-        self._buffer += data
-        return self._framed()
+        return self._framed(data)
 
 
 class BackendReader(_Reader):
@@ -193,11 +202,12 @@ class BackendReader(_Reader):
     transaction_status: str = ""
 
     def feed(self, data: bytes) -> list[Message]:
-        self._buffer += data
-        framed = self._framed()
-        for m in framed:
-            if m.kind == b"Z" and len(m.raw) > 5:
-                self.transaction_status = chr(m.raw[5])
+        framed = self._framed(data)
+        for m in reversed(framed):
+            if m.kind == b"Z":
+                if len(m.raw) > 5:
+                    self.transaction_status = chr(m.raw[5])
+                break
         return framed
 
 

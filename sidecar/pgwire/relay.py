@@ -62,6 +62,7 @@ from sidecar.pgwire.codec import (
     Startup,
     startup_packet,
 )
+from sidecar.pgwire.session import Link
 from sidecar.pgwire.tls import ALPN, LeafContext, RelayCertificates, host_name
 from sidecar.recording.bindings import BindRequest
 
@@ -184,11 +185,7 @@ def original_destination(writer: asyncio.StreamWriter) -> tuple[str, int] | None
     return None if target == (local[0], int(local[1])) else target
 
 
-type SessionFactory = Callable[
-    [asyncio.StreamReader, asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamWriter,
-     FrontendReader, BackendReader, BindRequest, dict[str, str]],
-    Awaitable[None],
-]  # fmt: skip
+type SessionFactory = Callable[[Link, BindRequest, dict[str, str]], Awaitable[None]]
 
 
 # What a finished start-up hands to the session: the binding, the parameters forwarded,
@@ -276,9 +273,8 @@ class Relay:
         if bind.attempt_id is not None:
             self._by_attempt.setdefault(bind.attempt_id, set()).add(pair)
         try:
-            await self.session(
-                reader, writer, up_reader, up_writer, frontend, backend, bind, parameters
-            )
+            link = Link(reader, writer, up_reader, up_writer, frontend, backend)
+            await self.session(link, bind, parameters)
         finally:
             # Whatever happened, the server connection goes: an open transaction on it
             # rolls back (a session that failed half-way leaves nothing done unrecorded).

@@ -8,17 +8,15 @@ parser it brings cost start-up time and memory a sidecar without one never pays.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from sidecar.config import Settings, parse_listen
 from sidecar.control.keys import ProxyInfo
-from sidecar.pgwire.codec import BackendReader, FrontendReader
 from sidecar.pgwire.exactly_once import PgEffects
 from sidecar.pgwire.mirror import Mirrors
 from sidecar.pgwire.relay import Relay, Upstream
-from sidecar.pgwire.session import run_session
+from sidecar.pgwire.session import Link, run_session
 from sidecar.pgwire.tls import RelayCertificates
 from sidecar.proxy.ca import Authority
 from sidecar.recording.bindings import Bindings, BindRequest
@@ -74,25 +72,14 @@ def pg_relay(
     )
     assert settings.pg_upstream is not None
 
-    async def session(
-        client_reader: asyncio.StreamReader,
-        client_writer: asyncio.StreamWriter,
-        server_reader: asyncio.StreamReader,
-        server_writer: asyncio.StreamWriter,
-        frontend: FrontendReader,
-        backend: BackendReader,
-        bind: BindRequest,
-        parameters: dict[str, str],
-    ) -> None:
+    async def session(link: Link, bind: BindRequest, parameters: dict[str, str]) -> None:
         database = parameters.get("database") or parameters.get("user", "")
         if bind.task is None and settings.task:
             # As for HTTP: a connection that names no task acts for the sidecar's own
             # (the Kubernetes shape, where a redirected agent sets no PGOPTIONS).
             bind = BindRequest(settings.task, None, "pg")
         engine = effects.engine(bind, database) if effects is not None else None
-        await run_session(
-            client_reader, client_writer, server_reader, server_writer, frontend, backend, engine
-        )
+        await run_session(link, engine)
 
     # Agents asking for TLS get a certificate of the sidecar's CA (the bundle trusts it).
     upstream = Upstream.parse(settings.pg_upstream, settings.pg_upstream_ca)

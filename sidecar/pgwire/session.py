@@ -30,6 +30,19 @@ READ_SIZE = 1 << 16
 SKIPPED = b"!"
 
 
+@dataclass(frozen=True, slots=True)
+class Link:
+    """An agent connection once start-up is done: both sides' streams, and the readers
+    that framed them so far (bytes they hold back belong to the session)."""
+
+    client_reader: asyncio.StreamReader
+    client_writer: asyncio.StreamWriter
+    server_reader: asyncio.StreamReader
+    server_writer: asyncio.StreamWriter
+    frontend: FrontendReader
+    backend: BackendReader
+
+
 @dataclass
 class Prepared:
     sql: str
@@ -84,10 +97,6 @@ class Conversation:
     # Told at every ReadyForQuery: the status, and whether a transaction just committed.
     on_ready: Callable[[str, bool], None] | None = None
 
-    def send_server(self, raw: bytes, kind: bytes, *, ours: bool) -> None:
-        self.tracker.sent(kind, ours=ours)
-        self.server.write(raw)
-
     def send_client(self, raw: bytes) -> None:
         self.client.write(raw)
 
@@ -101,8 +110,11 @@ class Conversation:
         """Send requests of the sidecar's own; their answers (never relayed to the agent)."""
         answerable = False
         for raw in parts:
-            self.send_server(raw, raw[:1], ours=True)
+            self.tracker.sent(raw[:1], ours=True)
             answerable = answerable or raw[:1] != b"H"
+        # One write, so one send: a request is several messages (Parse, Bind, Execute,
+        # Close, Sync), and every send wakes the server.
+        self.server.write(b"".join(parts))
         await self.server.drain()
         answers: list[Message] = []
         while answerable:
@@ -114,25 +126,17 @@ class Conversation:
         return answers
 
 
-async def run_session(
-    client_reader: asyncio.StreamReader,
-    client_writer: asyncio.StreamWriter,
-    server_reader: asyncio.StreamReader,
-    server_writer: asyncio.StreamWriter,
-    frontend: FrontendReader,
-    backend: BackendReader,
-    engine: Engine | None,
-) -> None:
+async def run_session(link: Link, engine: Engine | None) -> None:
     if engine is None:
         # No SQL rule: nothing to look for, so no message is framed at all.
-        await _copy_both_ways(
-            client_reader, client_writer, server_reader, server_writer, frontend, backend
-        )
+        await _copy_both_ways(link)
         return
-    conversation = Conversation(client_writer, server_writer, Tracker())
+    conversation = Conversation(link.client_writer, link.server_writer, Tracker())
     conversation.on_ready = engine.ready
-    server_task = asyncio.create_task(_server_loop(server_reader, backend, conversation))
-    client_task = asyncio.create_task(_client_loop(client_reader, frontend, conversation, engine))
+    server_task = asyncio.create_task(_server_loop(link.server_reader, link.backend, conversation))
+    client_task = asyncio.create_task(
+        _client_loop(link.client_reader, link.frontend, conversation, engine)
+    )
     # When the server goes away, the client loop (waiting on the agent) ends too.
     server_task.add_done_callback(lambda _: client_task.cancel())
     try:
@@ -147,17 +151,10 @@ async def run_session(
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
             await server_task
         with contextlib.suppress(Exception):
-            server_writer.close()
+            link.server_writer.close()
 
 
-async def _copy_both_ways(
-    client_reader: asyncio.StreamReader,
-    client_writer: asyncio.StreamWriter,
-    server_reader: asyncio.StreamReader,
-    server_writer: asyncio.StreamWriter,
-    frontend: FrontendReader,
-    backend: BackendReader,
-) -> None:
+async def _copy_both_ways(link: Link) -> None:
     async def copy(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pending: bytes
     ) -> None:
@@ -167,8 +164,12 @@ async def _copy_both_ways(
             writer.write(data)
             await writer.drain()
 
-    upward = asyncio.create_task(copy(client_reader, server_writer, frontend.leftover()))
-    downward = asyncio.create_task(copy(server_reader, client_writer, backend.leftover()))
+    upward = asyncio.create_task(
+        copy(link.client_reader, link.server_writer, link.frontend.leftover())
+    )
+    downward = asyncio.create_task(
+        copy(link.server_reader, link.client_writer, link.backend.leftover())
+    )
     try:
         await asyncio.wait({upward, downward}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -177,7 +178,7 @@ async def _copy_both_ways(
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
             await asyncio.gather(upward, downward)
         with contextlib.suppress(Exception):
-            server_writer.close()
+            link.server_writer.close()
 
 
 async def _server_loop(

@@ -43,6 +43,8 @@ NO_TRANSACTION = re.compile(
 
 _COMMENT_KEY = re.compile(r"/\*\s*sidecar:key=([^*]+?)\s*\*/")
 _LEADING_COMMENTS = re.compile(r"\A(\s+|--[^\n]*\n?|/\*.*?\*/)*", re.DOTALL)
+_COMMENTS = re.compile(r"/\*.*?\*/|--[^\n]*", re.DOTALL)
+_KEYWORD = re.compile(r"[A-Za-z]*")
 _PLACEHOLDER = re.compile(r"\{(group|param)\.(\w+)\}|\{(kind|fingerprint)\}")
 
 
@@ -110,10 +112,20 @@ class Statement:
 
     @classmethod
     def of(cls, text: str) -> Statement:
+        if "--" not in text and "/*" not in text:
+            # No comment (most statements): nothing to strip or look for but whitespace.
+            body = text.lstrip()
+            kind = _KEYWORD.match(body)
+            return cls(
+                text,
+                kind.group(0).upper() if kind else "",
+                " ".join(body.split()).rstrip(";").strip(),
+                None,
+            )
         found = _COMMENT_KEY.search(text)
         body = _LEADING_COMMENTS.sub("", text)
-        kind = re.match(r"[A-Za-z]*", body)
-        words = re.sub(r"/\*.*?\*/|--[^\n]*", " ", body, flags=re.DOTALL)
+        kind = _KEYWORD.match(body)
+        words = _COMMENTS.sub(" ", body)
         return cls(
             text,
             kind.group(0).upper() if kind else "",
@@ -143,6 +155,8 @@ def _parser() -> ModuleType:
 
 def split(sql: str) -> list[str]:
     """The statements of a simple Query, each with the comments that precede it."""
+    if _plain_single(sql):
+        return [sql.strip().strip(";").strip()]  # what the parser would cut out of it
     pg = _parser()
     try:
         slices = pg.split(sql, with_parser=False, only_slices=True)
@@ -154,6 +168,23 @@ def split(sql: str) -> list[str]:
         texts.append(sql[start : piece.stop].lstrip(" \t\r\n;").strip())
         start = piece.stop
     return [t for t in texts if t.strip().strip(";").strip()] or [sql]
+
+
+def _plain_single(sql: str) -> bool:
+    """One statement with no comment, no escape and its quotes paired (most texts): the
+    parser, which the rest need, can be skipped (ASCII only: it and ``str.strip`` do not
+    agree on every Unicode space)."""
+    body = sql.strip().strip(";")
+    return (
+        bool(body.strip())
+        and sql.isascii()
+        and not any(c in body for c in _NEEDS_PARSER)
+        and body.count("'") % 2 == 0
+        and body.count('"') % 2 == 0
+    )
+
+
+_NEEDS_PARSER = (";", "--", "/*", "$", "\\")
 
 
 def matches(condition: SqlCondition, statement: Statement) -> LinearMatch | bool:

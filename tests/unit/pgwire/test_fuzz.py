@@ -37,7 +37,7 @@ from sidecar.pgwire.codec import (
     startup_packet,
 )
 from sidecar.pgwire.relay import Relay, Upstream
-from sidecar.pgwire.session import Conversation, Portal, run_session
+from sidecar.pgwire.session import Conversation, Link, Portal, run_session
 from sidecar.recording.bindings import BindRequest
 
 FUZZ = settings(max_examples=200, deadline=None)
@@ -426,22 +426,10 @@ def harness() -> Iterator[Harness]:
     for logger in watched:
         logger.addHandler(errors)
 
-    async def session(
-        client_reader: asyncio.StreamReader,
-        client_writer: asyncio.StreamWriter,
-        server_reader: asyncio.StreamReader,
-        server_writer: asyncio.StreamWriter,
-        frontend: FrontendReader,
-        backend: BackendReader,
-        bind: BindRequest,
-        parameters: dict[str, str],
-    ) -> None:
+    async def session(link: Link, bind: BindRequest, parameters: dict[str, str]) -> None:
         # As sidecar.pgwire.serving.pg_relay wires it when SQL rules are loaded: every message
         # framed and inspected (with no SQL rule at all, bytes are copied unframed).
-        await run_session(
-            client_reader, client_writer, server_reader, server_writer, frontend, backend,
-            NothingGuarded(),
-        )  # fmt: skip
+        await run_session(link, NothingGuarded())
 
     async def start() -> tuple[asyncio.Server, Relay, int]:
         fake = await asyncio.start_server(upstream.serve, "127.0.0.1", 0)

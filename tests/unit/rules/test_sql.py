@@ -67,6 +67,35 @@ def test_split_hands_back_unparsable_text_whole() -> None:
     assert split("CREATE TABLE (((; SELECT 1") == ["CREATE TABLE (((; SELECT 1"]
 
 
+PLAIN = [
+    "select 1",
+    "  UPDATE pgbench_accounts SET abalance = abalance + -3811 WHERE aid = 53133;  ",
+    "\n\tINSERT INTO \"T\" VALUES (1, 'it''s')\r\n;;",
+    "ALTER TABLE orders ADD COLUMN status text ;",
+    '\fselect "a""b" from t\v',
+]
+
+
+@pytest.mark.parametrize("sql", PLAIN)
+def test_a_plain_statement_is_cut_as_the_parser_cuts_it(
+    sql: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = split(sql)
+    monkeypatch.setattr("sidecar.rules.sql._plain_single", lambda _: False)
+    assert fast == split(sql)
+
+
+@pytest.mark.parametrize("sql", PLAIN)
+def test_a_statement_without_comments_is_read_as_one_with_them(sql: str) -> None:
+    # The comment-free path gives what the general one gives to the same text.
+    plain, commented = Statement.of(sql), Statement.of(sql + " /* */")
+    assert (plain.kind, plain.normalised, plain.comment_key) == (
+        commented.kind,
+        commented.normalised,
+        None,
+    )
+
+
 # ---- the postgres pack -------------------------------------------------------------
 
 
