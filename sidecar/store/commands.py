@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Protocol
 
@@ -143,20 +143,16 @@ class FencedCommand[T](Command[T]):
 
 @dataclass(frozen=True)
 class EffectCommand[T](Command[T]):
-    """A command about one effect, ``(task, key)``, which a store loads before it runs.
-
-    Its fields are the keyword arguments of the domain rule that decides it (see
-    :meth:`_decide`), so each is named once, as the rule names it."""
+    """A command about one effect, ``(task, key)``, which a store loads before it runs."""
 
     key: str
 
     def effect_key(self) -> tuple[str, str]:
         return (self.task, self.key)
 
-    def _decide[R](self, decide: Callable[..., R], ws: WorkingSet, ctx: Context) -> R:
-        """``decide(task state, effect, now=..., **fields)``."""
-        arguments = {f.name: getattr(self, f.name) for f in fields(self)}
-        return decide(ws.task(self.task), ws.effect(self.task, self.key), now=ctx.now, **arguments)
+    def _read(self, ws: WorkingSet) -> tuple[TaskState | None, Effect | None]:
+        """The task's state and the effect as loaded: what the domain rule decides on."""
+        return ws.task(self.task), ws.effect(self.task, self.key)
 
 
 @dataclass(frozen=True)
@@ -281,7 +277,20 @@ class RecordPending(FencedEffectCommand[Effect]):
     operation: ClassVar[str] = "effect.record"
 
     def apply_fenced(self, ws: WorkingSet, ctx: Context) -> Effect:
-        return _logged(ws, self._decide(effects.record_pending, ws, ctx))
+        change = effects.record_pending(
+            *self._read(ws),
+            task=self.task,
+            key=self.key,
+            kind=self.kind,
+            rule=self.rule,
+            attempt_id=self.attempt_id,
+            generation=self.generation,
+            fingerprint=self.fingerprint,
+            idempotency_key=self.idempotency_key,
+            request=self.request,
+            now=ctx.now,
+        )
+        return _logged(ws, change)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +303,18 @@ class TransitionEffect(FencedEffectCommand[Effect]):
     operation: ClassVar[str] = "effect.transition"
 
     def apply_fenced(self, ws: WorkingSet, ctx: Context) -> Effect:
-        return _logged(ws, self._decide(effects.transition, ws, ctx))
+        change = effects.transition(
+            *self._read(ws),
+            task=self.task,
+            key=self.key,
+            to=self.to,
+            attempt_id=self.attempt_id,
+            generation=self.generation,
+            now=ctx.now,
+            response=self.response,
+            detail=self.detail,
+        )
+        return _logged(ws, change)
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +342,16 @@ class NoteEffect(FencedEffectCommand[EffectEvent]):
     operation: ClassVar[str] = "effect.note"
 
     def apply_fenced(self, ws: WorkingSet, ctx: Context) -> EffectEvent:
-        event = self._decide(effects.note, ws, ctx)
+        event = effects.note(
+            *self._read(ws),
+            task=self.task,
+            key=self.key,
+            event=self.event,
+            attempt_id=self.attempt_id,
+            generation=self.generation,
+            now=ctx.now,
+            detail=self.detail,
+        )
         ws.add_event(event)
         return event
 
@@ -339,7 +368,16 @@ class ResolveEffect(EffectCommand[Effect]):
     operation: ClassVar[str] = "effect.resolve"
 
     def apply(self, ws: WorkingSet, ctx: Context) -> Effect:
-        return _logged(ws, self._decide(settling.resolve, ws, ctx))
+        change = settling.resolve(
+            *self._read(ws),
+            self.resolution,
+            task=self.task,
+            key=self.key,
+            now=ctx.now,
+            not_before=self.not_before,
+            seen_at=self.seen_at,
+        )
+        return _logged(ws, change)
 
 
 @dataclass(frozen=True, slots=True)

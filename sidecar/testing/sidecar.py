@@ -85,7 +85,6 @@ class SidecarProcess:
     proxy: str = ""
     pg: str = ""
     ca_cert: str = ""
-    starts: int = 0
 
     def serve_argv(self) -> list[str]:
         """``python -m sidecar serve ...``, on the addresses of the last start if any."""
@@ -110,7 +109,6 @@ class SidecarProcess:
         default) with ``env`` on top."""
         if self.child is not None:
             self.child.kill()  # reap the previous one (and close its log file)
-        self.starts += 1
         log = self.logs / f"sidecar-{len(list(self.logs.glob('sidecar-*.log'))) + 1}.log"
         full = dict(os.environ if environ is None else environ) | dict(env or {})
         self.child = self.spawn(self.serve_argv(), full, log, None)

@@ -73,7 +73,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sidecar.domain.model import Attempt, AttemptEnd, EffectState, RecordedResponse
+from sidecar.domain.model import Attempt, AttemptEnd, Effect, EffectState, RecordedResponse
 from sidecar.errors import LeaseHeld, SidecarError, StaleGeneration
 from sidecar.store import Store, create_store
 from sidecar.store.rows import to_us
@@ -287,14 +287,7 @@ class Worker:
                 hold.pending.append(key)
                 return True
             sent = wall_us()
-            effect = await self.store.transition_effect(
-                hold.task,
-                key,
-                hold.attempt,
-                hold.generation,
-                EffectState.COMPLETED,
-                response=RESPONSE,
-            )
+            effect = await self.complete(hold, key)
             self.accepted(
                 hold, "completed", effect.generation, to_us(effect.updated_at), sent, known_stale
             )
@@ -305,6 +298,12 @@ class Worker:
         self.tally.latencies["effect"].append(time.perf_counter() - started)
         self.counts["effects"] += 1
         return True
+
+    async def complete(self, hold: Hold, key: str) -> Effect:
+        """Record ``key``'s effect completed under ``hold``'s attempt."""
+        return await self.store.transition_effect(
+            hold.task, key, hold.attempt, hold.generation, EffectState.COMPLETED, response=RESPONSE
+        )
 
     async def complete_pending(self, hold: Hold) -> None:
         """Complete an effect recorded while the lease was held (the zombie's last try).
@@ -317,14 +316,7 @@ class Worker:
         known_stale = False
         sent = wall_us()
         try:
-            effect = await self.store.transition_effect(
-                hold.task,
-                key,
-                hold.attempt,
-                hold.generation,
-                EffectState.COMPLETED,
-                response=RESPONSE,
-            )
+            effect = await self.complete(hold, key)
         except SidecarError as refused:
             self.refused(hold, "effect", refused, known_stale)
             return
