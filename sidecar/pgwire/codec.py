@@ -36,6 +36,7 @@ MAX_BEFORE_AUTH = 65_535
 
 
 _LENGTH = struct.Struct("!i")
+_READY = ord("Z")
 
 
 class ProtocolError(ValueError):
@@ -125,6 +126,14 @@ class _Reader:
         self._buffer = bytearray()
         self.max_message = max_message
 
+    def hold(self, data: bytes) -> None:
+        """Keep ``data`` after what is kept, unframed, until the next feed."""
+        self._buffer += data
+
+    def unread(self, data: bytes) -> None:
+        """Put framed bytes back in front of what is kept: the next feed frames them again."""
+        self._buffer[:0] = data
+
     def leftover(self) -> bytes:
         """Bytes received but not yet framed (a message still arriving, or pipelined by
         an eager peer), taken out of the reader."""
@@ -134,14 +143,21 @@ class _Reader:
 
     def _framed(self, data: bytes) -> list[Message]:
         """Every whole message of what was kept plus ``data``; the rest is kept."""
+        chunk, starts = self._chunk(data)
+        return [Message(chunk[a : a + 1], None, chunk[a:b]) for a, b in spans(chunk, starts)]
+
+    def _chunk(self, data: bytes) -> tuple[bytes, list[int]]:
+        """The whole messages of what was kept plus ``data``, as one run of bytes, and
+        where each one starts in it; the rest is kept.
+
+        A relay that forwards what it framed writes the run as it came: a read that is
+        whole messages (nearly every read) is neither copied nor cut into objects."""
         if self._buffer:
             self._buffer += data
             data = bytes(self._buffer)
             self._buffer.clear()
-        out: list[Message] = []
+        starts: list[int] = []
         at, size = 0, len(data)
-        # Sliced out of the bytes read (a whole read that is one message is not copied):
-        # the server's answers come a few small messages per read, every one relayed.
         while size - at >= 5:
             (length,) = _LENGTH.unpack_from(data, at + 1)
             if length < 4 or length > self.max_message:
@@ -149,12 +165,22 @@ class _Reader:
             end = at + 1 + length
             if size < end:
                 break
-            raw = data[at:end]
-            out.append(Message(raw[:1], None, raw))
+            starts.append(at)
             at = end
         if at < size:
             self._buffer += memoryview(data)[at:]
-        return out
+            data = data[:at]
+        return data, starts
+
+
+def spans(chunk: bytes, starts: list[int]) -> list[tuple[int, int]]:
+    """Where each message of a framed run of bytes starts and ends."""
+    return list(zip(starts, [*starts[1:], len(chunk)][: len(starts)], strict=True))
+
+
+def ready_status(chunk: bytes, at: int) -> str:
+    """The status of the ReadyForQuery at ``at`` in ``chunk`` ("" if it carries none)."""
+    return chr(chunk[at + 5]) if _LENGTH.unpack_from(chunk, at + 1)[0] > 4 else ""
 
 
 class FrontendReader(_Reader):
@@ -193,6 +219,11 @@ class FrontendReader(_Reader):
     def feed(self, data: bytes) -> list[Message]:
         return self._framed(data)
 
+    def feed_chunk(self, data: bytes) -> tuple[bytes, list[int]]:
+        """As :meth:`feed`: the whole messages as one run of bytes and where each starts
+        (see :meth:`_chunk`)."""
+        return self._chunk(data)
+
 
 class BackendReader(_Reader):
     """Messages from a server (every one typed, from the first)."""
@@ -209,6 +240,16 @@ class BackendReader(_Reader):
                     self.transaction_status = chr(m.raw[5])
                 break
         return framed
+
+    def feed_chunk(self, data: bytes) -> tuple[bytes, list[int]]:
+        """As :meth:`feed`, without a :class:`Message` per message: the whole messages
+        as one run of bytes and where each starts (see :meth:`_chunk`)."""
+        chunk, starts = self._chunk(data)
+        for at in reversed(starts):
+            if chunk[at] == _READY:
+                self.transaction_status = ready_status(chunk, at) or self.transaction_status
+                break
+        return chunk, starts
 
 
 def message(kind: bytes, body: bytes) -> bytes:

@@ -28,7 +28,6 @@ both.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -55,7 +54,6 @@ log = logging.getLogger("sidecar.pgwire")
 
 TX_CONTROL = frozenset({"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT",
                         "RELEASE", "PREPARE"})  # fmt: skip
-_FIRST_WORD = re.compile(rb"[A-Za-z]+")
 # Texts classified and kept (the cache is emptied when full); longer texts are not kept.
 CLASSIFIED_MAX = 4096
 CLASSIFIED_TEXT_MAX = 16_384
@@ -84,8 +82,8 @@ class PgEffects:
         self.recorder = Recorder(
             self.store, self.bindings, self.metrics, store_retry_s=self.store_retry_s
         )
-        self._kinds = _kinds_needed(self.rules)
-        self._kinds_b = None if self._kinds is None else {k.encode() for k in self._kinds}
+        kinds = _kinds_needed(self.rules)
+        self._might = None if kinds is None else _might_guard_pattern(kinds)
 
     def engine(self, bind: BindRequest, database: str) -> Statements:
         return Statements(self, bind, database)
@@ -115,13 +113,7 @@ class PgEffects:
 
         One statement with no leading comment is judged by its first word; anything else
         (comments, several statements, a rule with no kind) is looked at closely."""
-        if self._kinds_b is None or b"sidecar:key" in sql:
-            return True
-        body = sql.strip().rstrip(b";")
-        if b";" in body or body.startswith((b"--", b"/*")):
-            return True
-        first = _FIRST_WORD.match(body)
-        return first is not None and first.group(0).upper() in self._kinds_b
+        return self._might is None or self._might.search(sql) is not None
 
     def match(self, statement: Statement) -> SqlRuleMatch | None:
         found = self.rules.match_sql(statement)
@@ -145,6 +137,15 @@ class _Query:
 
 
 @dataclass(frozen=True, slots=True)
+class _Sent:
+    """Requests of the sidecar's own on their way: how many owed ones went first (BEGIN,
+    a record's completion), and whether any will be answered."""
+
+    owed: int
+    answerable: bool
+
+
+@dataclass(frozen=True, slots=True)
 class _Wire:
     """How one guarded statement travels, for :meth:`Statements._guarded`: the simple
     protocol (requests end with Sync; the answer is gathered for one reply) or the
@@ -152,6 +153,8 @@ class _Wire:
     to the agent as it comes)."""
 
     ask: Callable[..., Awaitable[list[Message]]]  # the sidecar's own request, answered
+    send: Callable[..., _Sent]  # ... sent, its answers collected by ``collect``
+    collect: Callable[[_Sent], Awaitable[list[Message]]]
     run: Callable[[], Awaitable[list[Message]]]  # the agent's statement, answered
     answer: Callable[[bytes], None]  # what the agent gets for it
     complete: Callable[[list[bytes]], Awaitable[None]]  # the record's completion
@@ -268,6 +271,8 @@ class Statements:
 
         wire = _Wire(
             ask=lambda *parts: self._ask(conversation, run, *parts),
+            send=lambda *parts: self._send(conversation, run, *parts),
+            collect=lambda sent: self._collect(conversation, sent),
             run=lambda: self._ask(conversation, run, messages.query(statement.text)),
             answer=answer,
             complete=complete,
@@ -294,17 +299,20 @@ class Statements:
         failed.  The effect is logged pending while the record is inserted, and that
         write is awaited before the statement may run."""
         failpoints.reach("sql.before_pending", match.rule.name)
-        logging_it = asyncio.ensure_future(self.mirror.pending(binding, match, key, statement))
+        await wire.ensure_schema()
+        values = records.record_values(
+            binding.task, key, binding.attempt_id, binding.generation,
+            redaction.redacted_text(statement.text),  # no password literal kept in clear
+        )  # fmt: skip
+        # The record goes out, and while the server inserts it the effect is logged
+        # pending - awaited here, not in a task of its own, which would wake this one a
+        # loop turn after the store answered.
+        sent = wire.send(*records.request(records.RECORD, values, sync=wire.simple))
         try:
-            await wire.ensure_schema()
-            values = records.record_values(
-                binding.task, key, binding.attempt_id, binding.generation,
-                redaction.redacted_text(statement.text),  # no password literal kept in clear
-            )  # fmt: skip
-            answers = await wire.ask(*records.request(records.RECORD, values, sync=wire.simple))
-            self._check_record(answers)
+            logged = await self.mirror.pending(binding, match, key, statement)
         finally:
-            logged = await logging_it  # before the statement may run: logged pending
+            answers = await wire.collect(sent)  # before anything else is sent
+        self._check_record(answers)
         if not records.is_new(answers):
             recall = records.request(records.RECALL, [binding.task, key], sync=wire.simple)
             answers = await wire.ask(*recall)
@@ -417,10 +425,19 @@ class Statements:
         A failure of an owed request (BEGIN, a record's completion) is a refusal: the
         transaction it belongs to is failed, whatever ``parts`` were.
         """
+        return await self._collect(conversation, self._send(conversation, run, *parts))
+
+    def _send(self, conversation: Conversation, run: _Query, *parts: bytes) -> _Sent:
+        """Send ``parts`` after what ``run`` still owes, without waiting for answers."""
         owed, run.owed = run.owed, []
         run.begin_sent = run.begin_sent or (run.ours_open and bool(owed))
-        answers = await conversation.ask(*(raw for request in owed for raw in request), *parts)
-        for _ in owed:
+        flat = [raw for request in owed for raw in request]
+        return _Sent(len(owed), conversation.send(*flat, *parts))
+
+    async def _collect(self, conversation: Conversation, sent: _Sent) -> list[Message]:
+        """The answers to what :meth:`_send` sent, past those of the owed requests."""
+        answers = await conversation.answers(sent.answerable)
+        for _ in range(sent.owed):
             ready = next(i for i, a in enumerate(answers) if a.kind == b"Z")
             mine, answers = answers[: ready + 1], answers[ready + 1 :]
             records.raise_on_error(mine, "effect-sidecar's own request failed")
@@ -472,6 +489,8 @@ class Statements:
 
         wire = _Wire(
             ask=conversation.ask,
+            send=lambda *parts: _Sent(0, conversation.send(*parts)),
+            collect=lambda sent: conversation.answers(sent.answerable),
             run=lambda: conversation.ask(raw, messages.FLUSH),
             answer=conversation.send_client,
             complete=complete,
@@ -588,6 +607,20 @@ class Statements:
         except SidecarError as error:
             raise Refused("ES" + str(error.status), f"effect-sidecar: {error.detail}") from error
         return binding
+
+
+def _might_guard_pattern(kinds: frozenset[str]) -> re.Pattern[bytes]:
+    """One search (a single pass in C, where each query is relayed) finding whatever could
+    make a query one a rule records: a leading keyword some rule names, a leading comment,
+    a second statement (a ``;`` with more than spaces and ``;`` after it), a keyed comment.
+    A query it does not find is relayed without being decoded or parsed."""
+    # Longest first, so that a keyword is never cut short by another it starts with.
+    words = sorted((re.escape(kind.encode()) for kind in kinds), key=len, reverse=True)
+    leading = [b"--", rb"/\*"] + ([b"(?:" + b"|".join(words) + b")(?![A-Za-z])"] if words else [])
+    return re.compile(
+        rb"\A\s*(?:" + b"|".join(leading) + rb")|;[\s;]*[^\s;]|(?-i:sidecar:key)",
+        re.IGNORECASE,
+    )
 
 
 def _kinds_needed(rules: RuleSet) -> frozenset[str] | None:

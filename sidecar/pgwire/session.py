@@ -1,13 +1,17 @@
 """One agent connection after start-up: relay, track, and hand guarded statements over.
 
-Two loops share the connection.  The client loop reads the agent's messages, keeps the
+Two sides share the connection, each handling what its socket delivers in the loop turn
+that reads it (asyncio protocols, not tasks reading streams: a task would wake a turn
+later, on every read).  The client side reads the agent's messages, keeps the
 prepared-statement and portal maps (a statement prepared once and executed later still
 maps to its SQL), and forwards everything no rule concerns as soon as it arrives.  When
-a message would execute a statement a rule matches, the client loop hands that request
-to the :class:`~sidecar.pgwire.exactly_once.Statements` engine, which may inject
-messages of its own.  The server loop attributes every server message to its request
+a message would execute a statement a rule matches, the client side hands that request
+to the :class:`~sidecar.pgwire.exactly_once.Statements` engine, in a task, which may
+inject messages of its own; the agent is read no further until it is done.  The server
+side attributes every server message to its request
 (:class:`~sidecar.pgwire.tracker.Tracker`): the agent's answers are relayed, the
-sidecar's own go to the engine.
+sidecar's own go to the engine.  While nothing of the sidecar's own is owed, the
+server's bytes are relayed as read, with no message object made for them.
 """
 
 from __future__ import annotations
@@ -20,8 +24,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sidecar.pgwire import messages
-from sidecar.pgwire.codec import BackendReader, FrontendReader, Message
+from sidecar.pgwire.codec import (
+    BackendReader,
+    FrontendReader,
+    Message,
+    ready_status,
+    spans,
+)
 from sidecar.pgwire.tracker import Tracker
+from sidecar.runtime.aio import spawn
 
 log = logging.getLogger("sidecar.pgwire")
 
@@ -108,6 +119,12 @@ class Conversation:
 
     async def ask(self, *parts: bytes) -> list[Message]:
         """Send requests of the sidecar's own; their answers (never relayed to the agent)."""
+        return await self.answers(self.send(*parts))
+
+    def send(self, *parts: bytes) -> bool:
+        """Send requests of the sidecar's own without waiting: whether any will be
+        answered (collect the answers with :meth:`answers` before anything else is sent,
+        so that the caller can wait for something else meanwhile)."""
         answerable = False
         for raw in parts:
             self.tracker.sent(raw[:1], ours=True)
@@ -115,6 +132,10 @@ class Conversation:
         # One write, so one send: a request is several messages (Parse, Bind, Execute,
         # Close, Sync), and every send wakes the server.
         self.server.write(b"".join(parts))
+        return answerable
+
+    async def answers(self, answerable: bool) -> list[Message]:
+        """The answers to what :meth:`send` sent."""
         await self.server.drain()
         answers: list[Message] = []
         while answerable:
@@ -133,23 +154,22 @@ async def run_session(link: Link, engine: Engine | None) -> None:
         return
     conversation = Conversation(link.client_writer, link.server_writer, Tracker())
     conversation.on_ready = engine.ready
-    server_task = asyncio.create_task(_server_loop(link.server_reader, link.backend, conversation))
-    client_task = asyncio.create_task(
-        _client_loop(link.client_reader, link.frontend, conversation, engine)
-    )
-    # When the server goes away, the client loop (waiting on the agent) ends too.
-    server_task.add_done_callback(lambda _: client_task.cancel())
+    server_side = await _ServerSide.attach(link, conversation)
+    client_side: _ClientSide | None = None
     try:
-        await client_task
-    except asyncio.CancelledError:
-        if not server_task.done():
-            raise  # this session itself is being cancelled
+        client_side = await _ClientSide.attach(link, conversation, engine)
+        # Either side's end is the session's: the agent leaving, the server going away.
+        ends = {client_side.ended, server_side.ended}
+        await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+        if client_side.ended.done():
+            client_side.ended.result()  # what broke the agent's side, if anything
     finally:
         engine.closed()
-        client_task.cancel()
-        server_task.cancel()
+        if client_side is not None:
+            client_side.stop()
+        server_side.ended.cancel()
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-            await server_task
+            await server_side.ended
         with contextlib.suppress(Exception):
             link.server_writer.close()
 
@@ -181,86 +201,377 @@ async def _copy_both_ways(link: Link) -> None:
             link.server_writer.close()
 
 
-async def _server_loop(
-    reader: asyncio.StreamReader, backend: BackendReader, conversation: Conversation
-) -> None:
-    tracker = conversation.tracker
-    on_ready = conversation.on_ready
-    errored, rolled_back = False, False
-    while data := await reader.read(READ_SIZE):
-        relay = bytearray()
-        for m in backend.feed(data):
-            kind = m.kind
-            owed_before = tracker.ours_owed
-            if kind == b"E":
-                errored = True
-            elif kind == b"C":
-                rolled_back = m.raw[5:14] == b"ROLLBACK\0"
-            pending = tracker.received(m)
-            if pending is not None and pending.ours:
-                conversation.ours.put_nowait((m, tracker.ours_owed == 0))
-            else:
-                relay += m.raw
-                if owed_before and not tracker.ours_owed:
-                    # The agent's error made the server skip the sidecar's requests too.
-                    conversation.ours.put_nowait((Message(SKIPPED, b"", b""), True))
-            if kind == b"Z":
-                if on_ready is not None:
-                    ended = tracker.status == "I"
-                    on_ready(tracker.status, ended and not errored and not rolled_back)
-                errored, rolled_back = False, False
+@dataclass(slots=True)
+class _Since:
+    """What the server said since its last ReadyForQuery: an error, a ROLLBACK."""
+
+    errored: bool = False
+    rolled_back: bool = False
+
+
+# Past this much relayed to one side and not yet sent, the other is read no further
+# until it is (asyncio's default high-water mark for a stream's writes).
+CLIENT_BACKLOG = SERVER_BACKLOG = 64 * 1024
+
+
+class _ServerSide(asyncio.Protocol):
+    """The server's messages, handled in the loop turn that reads them.
+
+    Read through a stream by a task, every read of the server would wake that task one
+    loop turn later: a turn (and a poll of the sockets) more per round trip, on every
+    query relayed and three times per recorded statement.  So once start-up is done the
+    server connection's transport delivers to this protocol instead; the streams' own
+    protocol keeps the writing side (``drain`` toward the server) and hears that the
+    connection was lost.  ``ended`` is the session's end as the server side sees it: done
+    when the server closes the connection, failed with what broke it (a ProtocolError,
+    a reset).
+    """
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        streams: asyncio.BaseProtocol,
+        backend: BackendReader,
+        conversation: Conversation,
+    ) -> None:
+        self._transport = transport
+        self._streams = streams
+        self._backend = backend
+        self._conversation = conversation
+        self._since = _Since()
+        self._throttled = False
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    @classmethod
+    async def attach(cls, link: Link, conversation: Conversation) -> _ServerSide:
+        """Take the server connection over from its stream reader (what that reader
+        holds and nobody read yet is handled first)."""
+        transport = link.server_writer.transport
+        assert isinstance(transport, asyncio.Transport)
+        side = cls(transport, transport.get_protocol(), link.backend, conversation)
+        reader = link.server_reader
+        gone = reader.at_eof() or transport.is_closing()
+        transport.set_protocol(side)
+        # The reader is fed nothing more: marked at its end, it gives up what it holds.
+        reader.feed_eof()
+        held = await reader.read()
+        if held:
+            side.data_received(held)
+        if gone:
+            side.connection_lost(None)
+        elif not transport.is_reading():
+            transport.resume_reading()  # the reader had paused it, full
+        return side
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended.done():
+            return
+        try:
+            self._relay(data)
+        except Exception as error:  # a ProtocolError (or a bug): the session ends with it
+            self._end(error)
+
+    def eof_received(self) -> bool:
+        self._end(None)
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._streams.connection_lost(exc)  # wakes whoever waits in drain()
+        self._end(exc)
+
+    def pause_writing(self) -> None:
+        self._streams.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._streams.resume_writing()
+
+    def _relay(self, data: bytes) -> None:
+        conversation = self._conversation
+        tracker = conversation.tracker
+        chunk, starts = self._backend.feed_chunk(data)
+        if tracker.ours_owed:
+            relay = _sort_out(chunk, starts, conversation, self._since)
+        else:
+            # Nothing of the sidecar's own is owed, so every message is the agent's: they
+            # are followed (request queue, transaction status) and relayed as read.
+            _follow(chunk, starts, conversation, self._since)
+            relay = chunk
         if relay:
-            conversation.client.write(bytes(relay))
-            await conversation.client.drain()
+            conversation.client.write(relay)
+            if conversation.client.transport.get_write_buffer_size() > CLIENT_BACKLOG:
+                self._throttle()
         if tracker.idle:
             conversation.became_idle.set()
-    conversation.ours.put_nowait((Message(b"", b"", b""), True))  # the server went away
+
+    def _throttle(self) -> None:
+        """The agent reads slower than the server answers: stop reading the server until
+        what waits for the agent is sent."""
+        if self._throttled:
+            return
+        self._throttled = True
+        self._transport.pause_reading()
+        spawn(self._resume_when_sent(), name="pg-server-throttle")
+
+    async def _resume_when_sent(self) -> None:
+        try:
+            await self._conversation.client.drain()
+        except ConnectionError:
+            return  # the agent is gone: its side ends the session
+        finally:
+            self._throttled = False
+        if not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def _end(self, error: Exception | None) -> None:
+        if self.ended.done():
+            return
+        self._conversation.ours.put_nowait((Message(b"", b"", b""), True))  # server gone
+        if error is None:
+            self.ended.set_result(None)
+        else:
+            self.ended.set_exception(error)
 
 
-async def _client_loop(
-    reader: asyncio.StreamReader,
-    frontend: FrontendReader,
-    conversation: Conversation,
-    engine: Engine,
-) -> None:
-    statements: dict[str, Prepared] = {}
-    portals: dict[str, Portal] = {}
-    guarded = engine.guards
+def _follow(chunk: bytes, starts: list[int], conversation: Conversation, since: _Since) -> None:
+    """Account for server messages that all answer the agent (no Message objects)."""
     tracker = conversation.tracker
-    pending = frontend.leftover()
-    while data := pending or await reader.read(READ_SIZE):
-        pending = b""
-        out = bytearray()
-        for m in frontend.feed(data):
-            kind = m.kind
-            if kind == b"P":
-                parse = messages.parse(m)
-                statements[parse.name] = Prepared(parse.query, guarded(parse.query))
-            elif kind == b"B":
-                bind = messages.bind(m)
-                # An unknown name is the server's to refuse ("prepared statement does
-                # not exist"): relayed as not guarded.
-                prepared = statements.get(bind.statement) or _UNKNOWN
-                portals[bind.portal] = Portal(prepared, bind if prepared.guarded else None)
-            elif kind == b"C":
-                closed = messages.close(m)
-                (statements if closed.target == "S" else portals).pop(closed.name, None)
-            elif kind == b"X":
-                conversation.server.write(bytes(out) + m.raw)
+    for at in starts:
+        kind = chunk[at : at + 1]
+        if kind == b"Z":
+            tracker.answered(kind, ready_status(chunk, at) or "I")
+            _ready(conversation, since)
+            continue
+        if kind == b"E":
+            since.errored = True
+        elif kind == b"C":
+            since.rolled_back = chunk[at + 5 : at + 14] == b"ROLLBACK\0"
+        tracker.answered(kind)
+
+
+def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since: _Since) -> bytes:
+    """Hand the answers to the sidecar's own requests to it; what is the agent's, to relay."""
+    tracker = conversation.tracker
+    relay = bytearray()
+    for at, end in spans(chunk, starts):
+        m = Message(chunk[at : at + 1], None, chunk[at:end])
+        kind = m.kind
+        owed_before = tracker.ours_owed
+        if kind == b"E":
+            since.errored = True
+        elif kind == b"C":
+            since.rolled_back = m.raw[5:14] == b"ROLLBACK\0"
+        pending = tracker.received(m)
+        if pending is not None and pending.ours:
+            conversation.ours.put_nowait((m, tracker.ours_owed == 0))
+        else:
+            relay += m.raw
+            if owed_before and not tracker.ours_owed:
+                # The agent's error made the server skip the sidecar's requests too.
+                conversation.ours.put_nowait((Message(SKIPPED, b"", b""), True))
+        if kind == b"Z":
+            _ready(conversation, since)
+    return bytes(relay)
+
+
+def _ready(conversation: Conversation, since: _Since) -> None:
+    """A ReadyForQuery went by: tell the engine, start over for the next transaction."""
+    if conversation.on_ready is not None:
+        status = conversation.tracker.status
+        ended = status == "I"
+        conversation.on_ready(status, ended and not since.errored and not since.rolled_back)
+    since.errored = since.rolled_back = False
+
+
+# The client messages the client loop decodes (the rest it relays by their type byte).
+_LOOKED_AT = frozenset({b"P", b"B", b"C", b"X", b"Q", b"E"})
+
+
+class _ClientSide(asyncio.Protocol):
+    """The agent's messages, handled in the loop turn that reads them.
+
+    For the same reason as :class:`_ServerSide`: relayed from a task reading a stream,
+    every query would cost a loop turn more.  A message that runs a guarded statement is
+    handed to the engine in a task (it waits for the store and the server), and the
+    agent is read no further until the engine is done: what came with it, or comes
+    meanwhile, is framed after.  ``ended``: done when the agent leaves, failed with what
+    broke the session (a ProtocolError, a reset, an error of the engine).
+    """
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        streams: asyncio.BaseProtocol,
+        frontend: FrontendReader,
+        conversation: Conversation,
+        engine: Engine,
+    ) -> None:
+        self._transport = transport
+        self._streams = streams
+        self._frontend = frontend
+        self._conversation = conversation
+        self._engine = engine
+        self._statements: dict[str, Prepared] = {}
+        self._portals: dict[str, Portal] = {}
+        self._busy = False  # the engine runs a statement: the agent is not read
+        self._running: asyncio.Task[None] | None = None  # that statement's task
+        self._throttled = False
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    @classmethod
+    async def attach(cls, link: Link, conversation: Conversation, engine: Engine) -> _ClientSide:
+        """Take the agent's connection over from its stream reader (what the reader and
+        the frontend framer hold is handled first)."""
+        transport = link.client_writer.transport
+        assert isinstance(transport, asyncio.Transport)
+        side = cls(transport, transport.get_protocol(), link.frontend, conversation, engine)
+        reader = link.client_reader
+        gone = reader.at_eof() or transport.is_closing()
+        transport.set_protocol(side)
+        reader.feed_eof()  # it is fed nothing more: at its end, it gives up what it holds
+        side.data_received(await reader.read())
+        if gone:
+            side.connection_lost(None)
+        elif not transport.is_reading() and not side._busy:
+            transport.resume_reading()  # the reader had paused it, full
+        return side
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended.done():
+            return
+        if self._busy:
+            self._frontend.hold(data)  # framed once the engine is done
+            return
+        try:
+            self._relay(data)
+        except Exception as error:  # a ProtocolError (or a bug): the session ends with it
+            self._end(error)
+
+    def eof_received(self) -> bool:
+        self._end(None)
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._streams.connection_lost(exc)  # wakes whoever waits in drain()
+        self._end(exc)
+
+    def pause_writing(self) -> None:
+        self._streams.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._streams.resume_writing()
+
+    def stop(self) -> None:
+        """The session is over: stop the engine's statement if one runs."""
+        if self._running is not None:
+            self._running.cancel()
+        if self.ended.done() and not self.ended.cancelled():
+            self.ended.exception()  # seen by run_session (or not worth reporting twice)
+        self.ended.cancel()
+
+    def _relay(self, data: bytes) -> None:
+        """Send on what no rule concerns; hand a guarded statement to the engine."""
+        tracker = self._conversation.tracker
+        server = self._conversation.server
+        chunk, starts = self._frontend.feed_chunk(data)
+        # Messages no rule concerns are sent on together: chunk[:at] when one stops them.
+        for at, end in spans(chunk, starts):
+            kind = chunk[at : at + 1]
+            if kind not in _LOOKED_AT:
+                tracker.sent(kind, ours=False)
+                continue
+            m = Message(kind, None, chunk[at:end])
+            if kind == b"X":
+                server.write(chunk[:end])
+                self._end(None)
                 return
-            handler = _handler(kind, m, portals, engine)
+            _keep_names(m, self._statements, self._portals, self._engine)
+            handler = _handler(kind, m, self._portals, self._engine)
             if handler is None:
                 tracker.sent(kind, ours=False)
-                out += m.raw
                 continue
-            if out:
-                conversation.server.write(bytes(out))
-                out.clear()
+            if at:
+                server.write(chunk[:at])
+            self._frontend.unread(chunk[end:])  # framed again once the engine is done
+            self._busy = True
+            self._transport.pause_reading()
+            self._running = spawn(self._run(handler), name="pg-statement")
+            return
+        if chunk:
+            # Most reads: one or more whole messages, none guarded - sent on as read.
+            server.write(chunk)
+        if server.transport.get_write_buffer_size() > SERVER_BACKLOG:
+            self._throttle()
+
+    async def _run(self, handler: Callable[[Conversation], Awaitable[None]]) -> None:
+        """The engine's statement; then what the agent sent after it."""
+        conversation = self._conversation
+        try:
             await handler(conversation)
-        if out:
-            conversation.server.write(bytes(out))
-        await conversation.server.drain()
-        await conversation.client.drain()
+            await conversation.server.drain()
+            await conversation.client.drain()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the engine's refusals are answers: this broke it
+            self._end(error)
+            return
+        # Not called from here: a task may run to its end as soon as it is started (an
+        # eager task, a refusal that awaits nothing), inside the _relay that started it.
+        asyncio.get_running_loop().call_soon(self._go_on)
+
+    def _go_on(self) -> None:
+        """Read the agent again, starting with what came with the statement or since."""
+        self._busy = False
+        if self.ended.done():
+            return
+        if not self._throttled:
+            self._transport.resume_reading()
+        self.data_received(b"")
+
+    def _throttle(self) -> None:
+        """The server reads slower than the agent sends: stop reading the agent until
+        what waits for the server is sent."""
+        if self._throttled:
+            return
+        self._throttled = True
+        self._transport.pause_reading()
+        spawn(self._resume_when_sent(), name="pg-client-throttle")
+
+    async def _resume_when_sent(self) -> None:
+        try:
+            await self._conversation.server.drain()
+        except ConnectionError:
+            return  # the server is gone: its side ends the session
+        finally:
+            self._throttled = False
+        if not self._busy and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def _end(self, error: Exception | None) -> None:
+        if self.ended.done():
+            return
+        if error is None:
+            self.ended.set_result(None)
+        else:
+            self.ended.set_exception(error)
+
+
+def _keep_names(
+    m: Message, statements: dict[str, Prepared], portals: dict[str, Portal], engine: Engine
+) -> None:
+    """Keep the prepared-statement and portal maps as Parse, Bind and Close change them."""
+    kind = m.kind
+    if kind == b"P":
+        parse = messages.parse(m)
+        statements[parse.name] = Prepared(parse.query, engine.guards(parse.query))
+    elif kind == b"B":
+        bind = messages.bind(m)
+        # An unknown name is the server's to refuse ("prepared statement does not
+        # exist"): relayed as not guarded.
+        prepared = statements.get(bind.statement) or _UNKNOWN
+        portals[bind.portal] = Portal(prepared, bind if prepared.guarded else None)
+    elif kind == b"C":
+        closed = messages.close(m)
+        (statements if closed.target == "S" else portals).pop(closed.name, None)
 
 
 def _handler(

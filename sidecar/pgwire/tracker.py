@@ -68,21 +68,27 @@ class Tracker:
 
     def received(self, m: Message) -> Pending | None:
         """Attribute a server message; returns the request it answers (None: unsolicited)."""
+        ready = m.kind == b"Z" and len(m.raw) > 5
+        return self.answered(m.kind, chr(m.raw[5]) if ready else "I")
+
+    def answered(self, kind: bytes, status: str = "I") -> Pending | None:
+        """:meth:`received` for a message known by its type byte alone (and, for a
+        ReadyForQuery, its status): the relay's fast path frames no Message objects."""
         if not self.queue:
             return None
         head = self.queue[0]
-        if m.kind in ASYNC and head.kind not in (b"Q", b"F"):
+        if kind in ASYNC and head.kind not in (b"Q", b"F"):
             return head
         # An error answering Sync (a COMMIT of the implicit transaction failing, e.g. on a
         # deferred constraint) is followed by that Sync's own ReadyForQuery.
-        if m.kind == b"E" and head.kind not in (b"Q", b"F", b"S"):
+        if kind == b"E" and head.kind not in (b"Q", b"F", b"S"):
             self._pop()
             # The server now ignores everything until Sync: those requests get no answer.
             while self.queue and self.queue[0].kind != b"S":
                 self._pop()
             return head
-        if m.kind == b"Z":
-            self.status = chr(m.raw[5]) if len(m.raw) > 5 else "I"
-        if m.kind in _TERMINAL[head.kind]:
+        if kind == b"Z":
+            self.status = status
+        if kind in _TERMINAL[head.kind]:
             self._pop()
         return head

@@ -268,3 +268,38 @@ def test_a_bind_request_without_an_attempt_is_a_protocol_error() -> None:
     assert startup is not None
     with pytest.raises(ProtocolError, match="name a task and an attempt"):
         _ = startup.bound_to
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 64])
+def test_a_chunk_is_the_whole_messages_as_sent_and_where_each_starts(size):
+    """The relay's fast path: whole messages as one run of bytes, never cut or reordered."""
+    data = b"".join(SERVER_STREAM)
+    reader = BackendReader()
+    chunks: list[bytes] = []
+    starts: list[int] = []
+    for at in range(0, len(data), size):
+        chunk, found = reader.feed_chunk(data[at : at + size])
+        starts += [sum(map(len, chunks)) + s for s in found]
+        chunks.append(chunk)
+    assert b"".join(chunks) == data
+    assert [data[s : s + 1] for s in starts] == [m[:1] for m in SERVER_STREAM]
+    assert reader.transaction_status == "I"
+
+
+def test_a_whole_read_is_relayed_as_read_without_a_copy():
+    data = b"".join(SERVER_STREAM)
+    chunk, _ = BackendReader().feed_chunk(data)
+    assert chunk is data
+
+
+def test_bytes_put_back_are_framed_again_before_what_came_after():
+    reader = FrontendReader()
+    reader.authenticated()
+    first, second = messages.query("SELECT 1"), messages.query("SELECT 2")
+    chunk, starts = reader.feed_chunk(first + second + messages.SYNC[:2])
+    assert starts == [0, len(first)]
+    reader.unread(chunk[len(first) :])  # the engine took the first: the rest waits
+    reader.hold(messages.SYNC[2:])  # arrived meanwhile
+    chunk, starts = reader.feed_chunk(b"")
+    assert chunk == second + messages.SYNC
+    assert starts == [0, len(second)]

@@ -8,6 +8,7 @@ Assertions are on the database (rows that exist, statements that ran) and the ef
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,6 +303,49 @@ async def test_a_connection_bound_to_no_task_may_read_but_not_record(relay):
     assert relay.database.value("SELECT to_regclass('orphan') IS NULL")
 
 
+async def test_after_a_refusal_the_connection_goes_on(relay):
+    """A refusal awaits nothing: the engine is done at once, and the agent is read again."""
+    async with asyncio.timeout(20), await relay.connect(None) as connection:
+        for _ in range(3):
+            with pytest.raises(psycopg.Error, match="no task is bound"):
+                await connection.execute("CREATE TABLE orphan (x int)")
+            assert await (await connection.execute("SELECT 7")).fetchone() == (7,)
+
+
+async def test_messages_sent_with_a_guarded_statement_wait_for_it_and_keep_their_order(relay):
+    """A pipeline: the statement the engine runs, then reads and another guarded statement,
+    in one write - each answered in turn, the statements recorded."""
+    attempt = await new_attempt(relay.store)
+    async with asyncio.timeout(20), await relay.connect(attempt) as connection:
+        async with connection.pipeline():
+            cursors = [
+                await connection.execute("CREATE TABLE piped (x int)"),
+                await connection.execute("SELECT 1"),
+                await connection.execute("CREATE TABLE piped_too (x int)"),
+                await connection.execute("SELECT count(*) FROM piped"),
+            ]
+        assert [c.statusmessage for c in cursors] == [
+            "CREATE TABLE", "SELECT 1", "CREATE TABLE", "SELECT 1"
+        ]  # fmt: skip
+        assert await cursors[3].fetchone() == (0,)
+    assert [tag for _, _, tag in records(relay.database)] == ["CREATE TABLE", "CREATE TABLE"]
+
+
+async def test_large_transfers_either_way_arrive_whole(relay):
+    """Megabytes both ways, more than a socket buffers: the relay stops reading one side
+    while the other has not taken what it sent, and nothing is lost or reordered."""
+    relay.database.rows("CREATE TABLE bulk (n int, pad text)")
+    rows = 6000
+    async with asyncio.timeout(60), await relay.connect(None) as connection:
+        async with connection.cursor().copy("COPY bulk (n, pad) FROM STDIN") as copy:
+            for n in range(rows):
+                await copy.write_row((n, "x" * 1000))
+        cursor = await connection.execute("SELECT n, pad FROM bulk ORDER BY n")
+        got = await cursor.fetchall()
+    assert [n for n, _ in got] == list(range(rows))
+    assert all(pad == "x" * 1000 for _, pad in got)
+
+
 # ---- what every connection's engine shares -------------------------------------------
 
 
@@ -315,6 +359,62 @@ def test_a_first_look_lets_only_statements_no_rule_can_record_pass_unparsed(rule
     assert shared.might_guard(b"select 1; drop table t"), "several statements: look closer"
     assert not shared.guards("insert into notes values (1)"), "... and the closer look says no"
     assert shared.guards("select 1; drop table t")
+
+
+# Texts near the edges of the first look: each one it lets pass must be one no rule records.
+EDGES = [
+    "SELECT 1;",
+    "SELECT 1 ;  ;\n",
+    "select 1;\t",
+    "  Create TABLE t (x int)",
+    "\n\tdrop table t",
+    "CREATEX foo",
+    "creates",
+    "INSERTED",
+    "inserting into ledger",
+    "insert into ledger values (1)",
+    "SELECT ';'",
+    "select 1; ",
+    "select 1;;select 2",
+    "select 1; /* x */ drop table t",
+    "select 1 -- trailing comment",
+    "-- leading\nCREATE TABLE t (x int)",
+    "/*c*/DROP TABLE t",
+    "select '/* sidecar:key=k */'",
+    "SELECT 1 /* sidecar:key=k1 */",
+    "(SELECT 1)",
+    "",
+    "   ",
+    ";",
+    "WITH x AS (SELECT 1) INSERT INTO ledger SELECT * FROM x",
+    "alter table ledger add column y int;",
+]
+
+
+@pytest.mark.parametrize("text", EDGES)
+def test_what_the_first_look_lets_pass_no_rule_records(rules, text):
+    shared = PgEffects(rules, None, None, Metrics())
+    if not shared.might_guard(text.encode()):
+        assert not any(match for _, match in shared.classify(text)), text
+
+
+def test_the_first_look_judges_a_lone_statement_by_its_whole_first_word(rules):
+    shared = PgEffects(rules, None, None, Metrics())
+    assert not shared.might_guard(b"CREATEX foo"), "a longer word is not the kind"
+    assert not shared.might_guard(b"SELECT 1 ;  ;\n"), "empty statements after it do not count"
+    assert shared.might_guard(b"\n\t  Drop TABLE t"), "any case, after any spacing"
+    assert shared.might_guard(b"SELECT 1 /* sidecar:key=k1 */"), "a keyed comment anywhere"
+
+
+def test_with_only_keyed_comment_rules_no_keyword_is_worth_a_closer_look(tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "rules:\n  - name: k\n    match: {sql: {comment: true}}\n    effect: non_idempotent\n"
+    )
+    shared = PgEffects(load_rules([path]), None, None, Metrics())
+    assert not shared.might_guard(b"CREATE TABLE t (x int)")
+    assert not shared.might_guard(b"")
+    assert shared.might_guard(b"CREATE TABLE t (x int) /* sidecar:key=t */")
 
 
 def test_a_text_is_classified_once_and_only_recording_rules_count(rules):
