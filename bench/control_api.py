@@ -17,8 +17,10 @@ One run, one table, side by side:
 Both servers are driven over loopback by aiohttp clients in this process, sequential and
 32 concurrent.  Every row first runs once for ``--warm-up`` seconds, then once per round
 for ``--seconds``; rounds interleave the rows, in reverse order every other round, and the
-table shows the median over rounds and the spread (min-max) of writes/s; the check
-compares the two servers by the median of their per-round ratios.
+table shows the median over rounds and the spread (min-max) of writes/s, and for the
+server rows the CPU the server process (all its threads) spent per call; the check
+compares the two servers by the median of their per-round ratios, and shows their CPU
+per checkpoint too, which the load of other work on the machine moves far less.
 ``--http-only`` runs only the two servers' checkpoint rows (what ``./run bench all``
 checks); ``--json PATH`` writes the checks against the targets.
 """
@@ -163,30 +165,44 @@ async def measure(args: argparse.Namespace, root: Path) -> None:
         if not args.http_only:
             cases += [(CLAIM, c, claim_new) for c in CLIENTS]
 
-        await interleaved(cases, RESULTS, args)
+        # CPU per call of each server process (all its threads): on a shared machine
+        # the steadier comparison, since time a server waited for a core does not count.
+        pids = {REFERENCE: reference.pid, API: server.pid, CLAIM: server.pid}
+        await interleaved(cases, RESULTS, args, pids=pids)
+
+
+def _cpu_us(row: Row) -> str:
+    return f"{row.cpu_ms.median * 1e3:,.0f}" if row.cpu_ms.values else "-"
 
 
 def report(out: Output) -> None:
-    print("\n| path | clients | writes/s (median) | spread | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "\n| path | clients | writes/s (median) | spread | p50 ms | p99 ms | server CPU µs/call |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for (name, clients), row in RESULTS.items():
         print(
             f"| {name} | {clients} | {row.rate.median:,.0f} | {row.rate.spread()} "
-            f"| {row.p50.median:.2f} | {row.p99.median:.2f} |"
+            f"| {row.p50.median:.2f} | {row.p99.median:.2f} | {_cpu_us(row)} |"
         )
     out.figures["rows"] = {
         f"{name} c={clients}": {
             "per_s": row.rate.values,
             "p50_ms": row.p50.values,
             "p99_ms": row.p99.values,
+            "cpu_ms": row.cpu_ms.values,
         }
         for (name, clients), row in RESULTS.items()
     }
-    api, ref = RESULTS[(API, 32)].rate, RESULTS[(REFERENCE, 32)].rate
-    x = paired(api.values, ref.values)
+    api, ref = RESULTS[(API, 32)], RESULTS[(REFERENCE, 32)]
+    x = paired(api.rate.values, ref.rate.values)
+    # The reference's CPU over ours: the throughput ratio a CPU-bound pair would show.
+    cpu = paired(ref.cpu_ms.values, api.cpu_ms.values)
+    out.figures["cpu_ratio_c32"] = cpu.values
     out.check(
         "control API checkpoints, SQLite, 32 clients vs aiohttp+sqlite3 group-commit server",
-        f"{api.median:,.0f} / {ref.median:,.0f} /s, {x.median:.2f}x ({x.spread('.2f')})",
+        f"{api.rate.median:,.0f} / {ref.rate.median:,.0f} /s, {x.median:.2f}x ({x.spread('.2f')}); "
+        f"CPU {_cpu_us(api)} / {_cpu_us(ref)} µs per checkpoint, {cpu.median:.2f}x",
         "≥ 0.9x",
         x.median >= 0.9,
     )
