@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from sidecar.cli import lifecycle, tables
 from sidecar.cli.control_client import ControlClient, add_control_options
+from sidecar.cli.durations import since
 from sidecar.cli.options import add_store_options, settings
 from sidecar.control.schemas import (
     CheckpointOut,
@@ -81,7 +82,7 @@ def register(verbs: Any) -> None:
     )
     export.add_argument(
         "--since",
-        type=lifecycle.since,
+        type=since,
         metavar="AGE|TIME",
         help="only effects first recorded since then: 30d, 12h, 90m or an ISO-8601 time",
     )

@@ -19,14 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 from sidecar.cli.control_client import ControlClient, add_control_options
+from sidecar.cli.durations import duration
 from sidecar.cli.options import add_store_options, existing_store, settings
 from sidecar.cli.resolve import default_by
 from sidecar.control.schemas import EffectOut, MarkOut
@@ -38,31 +38,6 @@ from sidecar.store.base import EffectFilter
 from sidecar.store.commands import Pruned
 
 PAGE = 500
-_DURATION = re.compile(r"^(\d+)([dhm])$")
-_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
-
-
-def duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``: a positive whole number of days, hours or minutes."""
-    match = _DURATION.fullmatch(text.strip())
-    if not match or int(match.group(1)) == 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a duration such as 30d, 12h or 90m")
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
-
-
-def since(text: str) -> datetime:
-    """A duration back from now (``30d``) or an ISO-8601 time (UTC if it names no zone)."""
-    try:
-        return SystemClock().now() - duration(text)
-    except argparse.ArgumentTypeError:
-        pass
-    try:
-        at = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give a duration (30d, 12h, 90m) or an ISO-8601 time"
-        ) from exc
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 # ---- tasks done / tasks reopen ---------------------------------------------------

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from sidecar.cli import lifecycle
 from sidecar.cli.control_client import ControlClient, add_control_options
+from sidecar.cli.durations import duration
 from sidecar.cli.options import add_store_options, existing_store, settings
 from sidecar.errors import ConfigError
 from sidecar.review import report_html, report_text
@@ -46,7 +46,7 @@ def register(verbs: Any) -> None:
     )
     parser.add_argument(
         "--since",
-        type=lifecycle.duration,
+        type=duration,
         default="30d",
         metavar="AGE",
         help="the window, back from now: 30d (default), 12h, 90m",

@@ -19,7 +19,7 @@ from datetime import timedelta
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
-from sidecar.cli.lifecycle import duration
+from sidecar.cli.durations import duration
 from sidecar.control.endpoints import STORE_PROBLEMS, Api, json_answer, task_param
 from sidecar.control.keys import CLOCK, STORE
 from sidecar.errors import InvalidRequest

@@ -61,7 +61,7 @@ Generation = Annotated[
 
 
 class Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, defer_build=True)
 
 
 class ClaimRequest(Request):
@@ -186,7 +186,7 @@ class Response(BaseModel):
     """An answer, built from the domain record it shows by ``model_validate(record)``:
     members from the record's attributes of the same names, nested records alike."""
 
-    model_config = ConfigDict(frozen=True, from_attributes=True)
+    model_config = ConfigDict(frozen=True, from_attributes=True, defer_build=True)
 
 
 def _of[R: Response](model: type[R], record: object, **computed: Any) -> R:

@@ -186,7 +186,8 @@ def ensure_authority(
     os.chmod(confdir, 0o700)  # the CA private key is in here
     if ca_from is not None:
         install_authority(ca_from, confdir)
-    certs.CertStore.from_store(confdir, CONF_BASENAME, key_size=2048)
+    if not (confdir / f"{CONF_BASENAME}-ca.pem").exists():
+        certs.CertStore.create_store(confdir, CONF_BASENAME, 2048)
     cert = confdir / f"{CONF_BASENAME}-ca-cert.pem"
     bundle = bundle or data_dir / "ca-bundle.pem"
     bundle.parent.mkdir(parents=True, exist_ok=True)

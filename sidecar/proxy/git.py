@@ -21,9 +21,6 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from dulwich.objects import Commit
-from dulwich.pack import PackStreamReader, apply_delta
-
 ZERO_SHA = "0" * 40
 _SHA = re.compile(r"[0-9a-f]{40}")
 _COMMIT = 1
@@ -155,6 +152,9 @@ def _pushed_commits(pack: bytes) -> dict[str, PushedCommit]:
     remote has.  Commits we need are almost always whole or deltas within the pack; one
     that is not is left out (its push is then fingerprinted by commit id).
     """
+    from dulwich.objects import Commit  # noqa: PLC0415 - only for a git push
+    from dulwich.pack import PackStreamReader, apply_delta  # noqa: PLC0415
+
     stream = io.BytesIO(pack)
     try:
         reader = PackStreamReader(hashlib.sha1, read_all=stream.read)

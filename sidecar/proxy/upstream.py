@@ -77,8 +77,11 @@ class Upstream:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        context = ssl.create_default_context()
+        # aiohttp's own verified context (made once, when aiohttp is imported: a new one
+        # would load the system roots again, 20-30 ms of start-up), unless a CA is added.
+        context: ssl.SSLContext | bool = True
         if self._extra_ca is not None:
+            context = ssl.create_default_context()
             context.load_verify_locations(cafile=str(self._extra_ca))
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=context, limit=256),

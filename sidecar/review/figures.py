@@ -16,7 +16,9 @@ from sidecar.domain.model import FenceRefusal
 
 
 class Figure(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: built on the first review, not at import - the control API imports
+    # these with every `sidecar serve`, and a review is a monthly question.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class Percentiles(Figure):

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from sidecar.agent.leasekeeper import LeaseKeeper, StoreLeases
 from sidecar.config import Settings, parse_listen
 from sidecar.control.app import make_app
 from sidecar.control.auth import is_loopback
@@ -321,6 +320,9 @@ async def _hold_lease(
     """Claim ``--task`` in the background (waiting out a live lease: the sidecar is not
     ready meanwhile), keep it; a fenced lease makes the sidecar not ready again."""
     assert settings.task is not None
+    # Only with --task: a sidecar serving agents' leases does not hold one itself.
+    from sidecar.agent.leasekeeper import LeaseKeeper, StoreLeases  # noqa: PLC0415
+
     keeper = LeaseKeeper(
         StoreLeases(store),
         settings.task,

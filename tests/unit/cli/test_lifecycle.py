@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sqlite3
@@ -13,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import main
-from sidecar.cli.lifecycle import duration, since
 from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.store import create_store
 from sidecar.store.rows import to_us
@@ -56,16 +54,6 @@ def _tasks(url: str, capsys) -> dict[str, dict]:
     capsys.readouterr()
     assert main(["tasks", "--store", url, "--json"]) == 0
     return {t["task"]: t for t in json.loads(capsys.readouterr().out)}
-
-
-def test_durations():
-    assert duration("30d") == timedelta(days=30)
-    assert duration("12h") == timedelta(hours=12)
-    assert duration("90m") == timedelta(minutes=90)
-    for bad in ("30", "0d", "1w", "-1d", "d"):
-        with pytest.raises(argparse.ArgumentTypeError):
-            duration(bad)
-    assert since("2026-01-01T00:00:00") == datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_done_then_reopen_in_the_store(store_url, capsys):

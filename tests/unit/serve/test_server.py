@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -170,3 +172,10 @@ async def test_sigterm_and_sigint_set_the_stop_event():
         finally:
             for installed in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(installed)
+
+
+def test_serving_without_a_task_loads_no_lease_keeper():
+    # The keeper is imported only with --task; a plain sidecar should not pay for it.
+    code = "import sys, sidecar.serve.server; print('sidecar.agent.leasekeeper' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
