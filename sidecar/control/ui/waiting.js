@@ -187,6 +187,7 @@ export class WaitingView {
 
   async resolve(e, form, outcome, fields, result, confirm) {
     confirm.hidden = true;
+    replace(result);  // a refusal from an earlier try must not read as this try's answer
     const asked = { outcome, note: fields.note.value.trim(), by: fields.by.value.trim() };
     if (outcome === "completed") {
       const text = fields.body.value.trim();
