@@ -3,10 +3,11 @@
 * ``Sample`` / ``spread``: one figure per round, reported as the median and min-max;
 * ``Check``: one line of ``./run bench all``'s table (path, figure, target, met?), which
   every benchmark writes with ``--json PATH`` next to its rows;
-* ``rss_mib``, ``listening_port``, ``fdatasync_p50_ms``: what the benches read from /proc
-  and the disk;
+* ``rss_mib``, ``cpu_seconds``, ``listening_port``, ``fdatasync_p50_ms``: what the benches
+  read from /proc and the disk;
 * ``drive`` / ``interleaved`` / ``Row``: closed-loop clients over an operation, rounds of
-  cases interleaved (order reversed every other round);
+  cases interleaved (order reversed every other round), with the CPU the process under
+  test spent per call when its pid is given;
 * ``parser`` / ``run``: the options every timed benchmark takes (``--seconds``,
   ``--rounds``, ``--json``) and its main: measure in a scratch directory, report, write.
 """
@@ -112,6 +113,12 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def listening_port(pid: int) -> int | None:
     """The TCP port process ``pid`` listens on, read from /proc (mitmdump -q prints none)."""
     inodes = set()
@@ -165,10 +172,14 @@ class Row:
     rate: Sample = field(default_factory=Sample)
     p50: Sample = field(default_factory=Sample)
     p99: Sample = field(default_factory=Sample)
+    # CPU ms the process under test spent per call: steadier than the rate on a busy
+    # machine, since time the process waited for a core does not count.
+    cpu_ms: Sample = field(default_factory=Sample)
 
 
-async def drive(clients: int, seconds: float, op: Op) -> tuple[float, float, float]:
-    """Run ``op`` from ``clients`` closed-loop clients for ``seconds``: (calls/s, p50, p99 ms)."""
+async def drive(clients: int, seconds: float, op: Op) -> tuple[float, float, float, int]:
+    """Run ``op`` from ``clients`` closed-loop clients for ``seconds``: (calls/s, p50 ms,
+    p99 ms, calls)."""
     latencies: list[float] = []
     numbers = count()
     deadline = time.perf_counter() + seconds
@@ -186,6 +197,7 @@ async def drive(clients: int, seconds: float, op: Op) -> tuple[float, float, flo
         len(latencies) / elapsed,
         statistics.median(latencies) * 1e3,
         percentile(latencies, 0.99) * 1e3,
+        len(latencies),
     )
 
 
@@ -195,23 +207,32 @@ async def interleaved(
     args: argparse.Namespace,
     *,
     warm_clients: int | None = None,
+    pids: dict[str, int] | None = None,
 ) -> None:
     """A warm-up of ``args.warm_up`` seconds per case (with at most ``warm_clients``
     clients), then ``args.rounds`` rounds of ``args.seconds`` per case, the order reversed
-    every other round; each round's figures are added to ``results[(name, clients)]``."""
+    every other round; each round's figures are added to ``results[(name, clients)]``.
+    ``pids`` names the process under test of a case (by its name), whose CPU per call
+    is then measured too."""
     width = max(len(name) for name, _, _ in cases)
     for _name, clients, op in cases:
         await drive(min(clients, warm_clients or clients), args.warm_up, op)
     for round_ in range(args.rounds):
         for name, clients, op in cases if round_ % 2 == 0 else cases[::-1]:
-            rate, p50, p99 = await drive(clients, args.seconds, op)
+            pid = (pids or {}).get(name)
+            cpu_before = cpu_seconds(pid) if pid else 0.0
+            rate, p50, p99, calls = await drive(clients, args.seconds, op)
             row = results.setdefault((name, clients), Row())
             row.rate.add(rate)
             row.p50.add(p50)
             row.p99.add(p99)
+            cpu = ""
+            if pid and calls:
+                row.cpu_ms.add((cpu_seconds(pid) - cpu_before) / calls * 1e3)
+                cpu = f"  cpu {row.cpu_ms.values[-1]:.2f} ms/call"
             print(
                 f"  round {round_ + 1}  {name:<{width}} c={clients:<3} {rate:>9,.0f}/s  "
-                f"p50 {p50:6.2f} ms",
+                f"p50 {p50:6.2f} ms{cpu}",
                 file=sys.stderr,
             )
 

@@ -25,10 +25,14 @@ Every row runs once per round for ``--seconds`` after a warm-up pass; rounds int
 the rows, their order reversed every other round, so drift on a busy machine hits all
 alike.  Rows show the median over rounds and the spread (min-max) of requests/s; a
 ratio ("vs", and the checks) is the median of the per-round ratios (the two rows of a
-pair ran seconds apart, under the same load), with their min-max in brackets.
+pair ran seconds apart, under the same load), with their min-max in brackets.  Each row
+also shows the CPU its proxy process (all threads) spent per request: time spent waiting
+for a core does not count, so it is the steadier figure on a busy machine, and the one
+that says whose work a gap is.
 
 Also, in the same run: start-up time (mitmdump: until its port accepts; sidecar: until
-``/readyz`` answers 200), median of ``--rounds`` starts each, alternated; resident memory
+``/readyz`` answers 200), median of ``--rounds`` starts each, alternated, each proxy on
+the state its first start made (mitmdump's CA; the sidecar's CA and store); resident memory
 of both proxies idle; the growth of each proxy's RSS (peak over the 1 MiB rows minus the
 RSS before them); os.fdatasync p50 on the data dir's disk (200 calls on a small file:
 the floor for one durable commit); with ``--growth``, the sidecar's RSS after 10,000 and
@@ -174,7 +178,9 @@ async def start_up(root: Path, rounds: int, upstream: str, http: aiohttp.ClientS
 
     async def one(which: str, tag: str) -> None:
         began = time.perf_counter()
-        child = mitmdump(root, tag) if which == MITM else sidecar(root, tag, upstream)
+        # Both start on the state of their first start, as a restarted proxy does: mitmdump
+        # keeps its CA in one confdir, the sidecar its CA and store in one data dir.
+        child = mitmdump(root, tag) if which == MITM else sidecar(root, "start", upstream)
         with child:
             if which == MITM:
                 await mitmdump_ready(child)
@@ -214,6 +220,9 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
             # send them to an HTTP proxy: a Proxy-Authorization header on each request.
             auth = {"Proxy-Authorization": aiohttp.encode_basic_auth("bench", claim["attempt_id"])}
             ids = count()
+            # Whose CPU each row is: the proxy it goes through (direct has none).
+            pids = {name: mitm.pid for name in (MITM, MITM_BIG)}
+            pids |= {name: side.pid for name in (PASS, RECORDED, REPLAYED, PASS_BIG, RECORDED_BIG)}
 
             async def get(url: str, via: str | None = None) -> None:
                 async with http.get(url, proxy=via, headers=auth if via == proxy else None) as r:
@@ -240,7 +249,7 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
                     (RECORDED, clients, new_effect()),
                     (REPLAYED, clients, lambda n: post("http://bench.test/effects/same")),
                 ]
-            await interleaved(small, RESULTS, args, warm_clients=8)
+            await interleaved(small, RESULTS, args, warm_clients=8, pids=pids)
             if args.growth:  # before the 1 MiB rows, whose freed buffers could hide growth
                 figures["growth_rss_mib"] = await growth(side.pid, new_effect())
 
@@ -262,7 +271,7 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
                     await asyncio.sleep(0.02)
 
             watcher = asyncio.create_task(watch())
-            await interleaved(big, RESULTS, args, warm_clients=8)
+            await interleaved(big, RESULTS, args, warm_clients=8, pids=pids)
             stop.set()
             await watcher
             figures["big_rss_mib"] = {"before": before, "peak": peak}
@@ -301,26 +310,36 @@ def rps_vs(name: str, base: str, clients: int) -> Sample:
     return paired(med(name, clients).rate.values, med(base, clients).rate.values)
 
 
+def cpu_per_request(name: str, base: str, clients: int) -> str:
+    """The sidecar's CPU per request on both rows, e.g. ``CPU 2.70 / 1.12 ms``."""
+    return f"CPU {med(name, clients).cpu_ms.median:.2f} / {med(base, clients).cpu_ms.median:.2f} ms"
+
+
 def times(x: Sample) -> str:
     return f"{x.median:.2f}x ({x.spread('.2f')})"
 
 
 def report(out: Output) -> None:
     f = out.figures
-    print("\n| path | clients | requests/s (median) | spread | p50 ms | p99 ms | vs |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print(
+        "\n| path | clients | requests/s (median) | spread | p50 ms | p99 ms "
+        "| proxy CPU ms/request | vs |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for (name, clients), row in RESULTS.items():
         base = VS.get(name)
         vs = f"{rps_vs(name, base, clients).median:.2f}x {base}" if base else ""
+        cpu = f"{row.cpu_ms.median:.2f}" if row.cpu_ms.values else "-"
         print(
             f"| {name} | {clients} | {row.rate.median:,.0f} | {row.rate.spread()} | "
-            f"{row.p50.median:.2f} | {row.p99.median:.2f} | {vs} |"
+            f"{row.p50.median:.2f} | {row.p99.median:.2f} | {cpu} | {vs} |"
         )
     f["rows"] = {
         f"{name} c={clients}": {
             "rps": row.rate.values,
             "p50_ms": row.p50.values,
             "p99_ms": row.p99.values,
+            "cpu_ms": row.cpu_ms.values,
         }
         for (name, clients), row in RESULTS.items()
     }
@@ -369,13 +388,16 @@ def report(out: Output) -> None:
     )
     x = rps_vs(RECORDED, PASS, 32)
     out.check(
-        "HTTP recorded effect, c=32: req/s vs pass-through", times(x), "≥ 0.85x", x.median >= 0.85
+        "HTTP recorded effect, c=32: req/s vs pass-through",
+        f"{times(x)}; {cpu_per_request(RECORDED, PASS, 32)}",
+        "≥ 0.85x",
+        x.median >= 0.85,
     )
     for c in CLIENTS:
         x = rps_vs(REPLAYED, PASS, c)
         out.check(
             f"HTTP replayed effect, c={c}: req/s vs pass-through",
-            times(x),
+            f"{times(x)}; {cpu_per_request(REPLAYED, PASS, c)}",
             "≥ 1.2x",
             x.median >= 1.2,
         )
@@ -383,7 +405,7 @@ def report(out: Output) -> None:
         x = rps_vs(RECORDED_BIG, PASS_BIG, c)
         out.check(
             f"1 MiB recorded effect, c={c}: req/s vs 1 MiB pass-through",
-            times(x),
+            f"{times(x)}; {cpu_per_request(RECORDED_BIG, PASS_BIG, c)}",
             "≥ 0.7x",
             x.median >= 0.7,
         )

@@ -54,6 +54,10 @@ class Binding:
     source: str  # "credentials" | "header" | "default"
 
 
+# The operations (``Command.operation``) whose outcome changes who holds a lease.
+_LEASE_OPERATIONS = frozenset({"claim", "heartbeat", "release"})
+
+
 class Bindings(WriteObserver):
     def __init__(self, store: Store, clock: Clock, *, margin_s: float = 2.0) -> None:
         self._store = store
@@ -72,6 +76,10 @@ class Bindings(WriteObserver):
     # ---- store observer: keep up with leases written through this sidecar ---------
 
     def done(self, command: Command[Any], result: Any, seconds: float) -> None:
+        # Called on every write; most (effects, checkpoints) change no lease: out at once,
+        # by a string compare rather than isinstance checks against the abstract commands.
+        if command.operation not in _LEASE_OPERATIONS:
+            return
         if isinstance(result, Claim):
             previous = self._current.get(result.task)
             if previous is not None and previous.attempt_id != result.attempt_id:

@@ -39,6 +39,13 @@ class HttpRequestFacts:
         object.__setattr__(self, "host", self.host.lower().strip("[]"))
         object.__setattr__(self, "headers", {k.lower(): v for k, v in self.headers.items()})
 
+    def with_body(self, body: bytes | None) -> HttpRequestFacts:
+        """These facts with ``body``: the rest is normalised already, so it is not done
+        again (``dataclasses.replace`` would, on every matched request)."""
+        facts = object.__new__(HttpRequestFacts)
+        facts.__dict__.update(self.__dict__, body=body, _json=_NOT_PARSED)
+        return facts
+
     @classmethod
     def from_target(
         cls,

@@ -47,11 +47,14 @@ class TaskBinder:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         headers = flow.request.headers
-        creds = _credentials(headers.get("Proxy-Authorization"))
-        creds = creds or self._by_connection.get(flow.client_conn.id)
+        authorization = headers.get("Proxy-Authorization")
         named = headers.get(TASK_HEADER)
-        for private in ("Proxy-Authorization", TASK_HEADER):
-            headers.pop(private, None)
+        # Removed only when present: a generic pop scans the header fields twice more.
+        if authorization is not None:
+            del headers["Proxy-Authorization"]
+        if named is not None:
+            del headers[TASK_HEADER]
+        creds = _credentials(authorization) or self._by_connection.get(flow.client_conn.id)
         if creds is not None:
             bind = BindRequest(creds[0], creds[1], "credentials")
         elif named:

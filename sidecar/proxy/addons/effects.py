@@ -18,11 +18,12 @@ rules cannot even be matched is answered the same way: it might have been an eff
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 
 from mitmproxy import http
+from mitmproxy.net.http import status_codes
 from mitmproxy.utils.strutils import always_bytes
 
 from sidecar.errors import PayloadTooLarge, SidecarError, SidecarFault
@@ -56,15 +57,27 @@ def is_guarded(flow: http.HTTPFlow) -> bool:
 
 
 def to_response(answer: Answer) -> http.Response:
-    response = http.Response.make(
+    """``answer`` as mitmproxy sends it: built directly rather than through
+    ``Response.make``, which encodes the body and sets its length in two more passes over
+    the header fields (every replay and every recorded answer pays for this)."""
+    fields = [
+        (always_bytes(n), always_bytes(v, "utf-8", "surrogateescape"))
+        for n, v in answer.headers
+        if n.lower() != "content-length"
+    ]
+    fields.append((b"content-length", b"%d" % len(answer.body)))
+    now = time.time()
+    # The body goes out exactly as recorded (still compressed if it was).
+    return http.Response(
+        b"HTTP/1.1",
         answer.status,
-        b"",
-        [(always_bytes(n), always_bytes(v, "utf-8", "surrogateescape")) for n, v in answer.headers],
+        status_codes.RESPONSES.get(answer.status, "").encode(),
+        http.Headers(fields),
+        answer.body,
+        None,
+        now,
+        now,
     )
-    # raw_content: the body goes out exactly as recorded (still compressed if it was).
-    response.raw_content = answer.body
-    response.headers["content-length"] = str(len(answer.body))
-    return response
 
 
 def decoded_headers(message: http.Message) -> Headers:
@@ -95,15 +108,16 @@ class EffectAddon:
 
     def _admit(self, flow: http.HTTPFlow) -> None:
         """Stream what no effect rule matches; mark and size-check what one does."""
+        request = flow.request
+        host = request.pretty_host  # parsed from the Host header on every access
         # Most traffic is to hosts no effect rule names: decide that before parsing more.
-        if not self.rules.may_match_host(flow.request.pretty_host, flow.request.port):
-            flow.request.stream = True
+        if not self.rules.may_match_host(host, request.port):
+            request.stream = True
             flow.metadata[UNMATCHED] = True
             return
-        request = flow.request
         headers = decoded_headers(request)
         facts = HttpRequestFacts.from_target(
-            request.method, request.pretty_host, request.port, request.path, headers
+            request.method, host, request.port, request.path, headers
         )
         match = self.rules.match(facts)
         if match is None:
@@ -150,7 +164,7 @@ class EffectAddon:
             flow.response = to_response(refusal(error))
             return
         request = AgentRequest(
-            facts=dataclasses.replace(guarded.facts, body=seen.raw_content or b""),
+            facts=guarded.facts.with_body(seen.raw_content or b""),
             scheme=seen.scheme,
             target=seen.path,
             headers=guarded.headers,
