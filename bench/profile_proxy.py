@@ -1,7 +1,7 @@
 """Profile: where the sidecar's CPU goes on one row of ``bench proxy``, by component.
 
     ./run bench profile_proxy [--row recorded|replayed|pass-through|recorded-1mib]
-                              [--clients 1] [--requests 3000] [--rate 400]
+                              [--clients 1] [--requests 3000] [--rate 400] [--raw PATH]
 
 Starts the counting upstream and ``sidecar serve`` as ``bench proxy`` does (its rule
 file, its route), drives ``--requests`` requests of the row from ``--clients`` clients
@@ -12,9 +12,10 @@ otherwise count idle threads as busy).  Prints the sidecar's CPU per request (fr
 /proc, all threads) and each component's share of the samples and its milliseconds per
 request:
 
-* mitmproxy and asyncio - the proxy engine: connections, HTTP/1 parsing, its layers and
-  hook dispatch, the event loop - every sample with no frame of the sidecar's own below
-  mitmproxy's hook call;
+* mitmproxy and asyncio - the proxy engine: connections, HTTP/1 parsing and body
+  buffering, its layers and hook dispatch, the event loop - every sample with no frame of
+  the sidecar's own below mitmproxy's hook call (the body limit's wrappers around two of
+  mitmproxy's HTTP states do not count as the sidecar's);
 * the sidecar's effect path - rules, binding, guard, addons, and the library calls they
   make (building the answer, parsing headers), the JSON work of the fingerprint apart;
 * JSON canonical body - ``json`` parsing and dumping the body for the fingerprint (and
@@ -71,7 +72,8 @@ def component(frames: list[str]) -> str:
     """Which component one sampled stack (outermost frame first) counts for."""
     if "MainThread" not in frames[0]:  # py-spy's first "frame" names the thread
         return "store writer thread"  # the only other thread that runs Python
-    ours = [f for f in frames if is_ours(f)]
+    # The body limit wraps two of mitmproxy's HTTP states: what runs inside is the engine's.
+    ours = [f for f in frames if is_ours(f) and "sidecar/proxy/body_limit.py" not in f]
     if not ours:
         return "mitmproxy and asyncio"
     below = frames[frames.index(ours[0]) :]
@@ -142,6 +144,8 @@ async def profile(args: argparse.Namespace, root: Path) -> None:
             cpu_ms = (cpu_seconds(side.pid) - began) / args.requests * 1e3
             spy.send_signal(signal.SIGINT)
             await asyncio.to_thread(spy.wait, 60)
+    if args.raw:
+        shutil.copyfile(raw, args.raw)
     report(read_samples(raw), args.requests, args.rate, cpu_ms)
 
 
@@ -191,6 +195,7 @@ def main() -> None:
     options.add_argument("--clients", type=int, default=1)
     options.add_argument("--requests", type=int, default=3000)
     options.add_argument("--rate", type=int, default=400, help="py-spy samples per second")
+    options.add_argument("--raw", help="also keep py-spy's stacks (its raw format) here")
     args = options.parse_args()
     if args.row == "recorded-1mib":
         args.requests = min(args.requests, 300)
