@@ -214,54 +214,56 @@ class _Since:
 CLIENT_BACKLOG = SERVER_BACKLOG = 64 * 1024
 
 
-class _ServerSide(asyncio.Protocol):
-    """The server's messages, handled in the loop turn that reads them.
+class _Side(asyncio.Protocol):
+    """One side of a session's connection after start-up: what its socket delivers is
+    handled in the loop turn that reads it.
 
-    Read through a stream by a task, every read of the server would wake that task one
-    loop turn later: a turn (and a poll of the sockets) more per round trip, on every
-    query relayed and three times per recorded statement.  So once start-up is done the
-    server connection's transport delivers to this protocol instead; the streams' own
-    protocol keeps the writing side (``drain`` toward the server) and hears that the
-    connection was lost.  ``ended`` is the session's end as the server side sees it: done
-    when the server closes the connection, failed with what broke it (a ProtocolError,
-    a reset).
+    Read through a stream by a task, every read would wake that task one loop turn
+    later: a turn (and a poll of the sockets) more per round trip, on every query relayed
+    and three times per recorded statement.  So once start-up is done the connection's
+    transport delivers to this protocol instead; the streams' own protocol keeps the
+    writing side (``drain``) and hears that the connection was lost.  ``ended`` is the
+    session's end as this side sees it: done when the peer closes the connection, failed
+    with what broke it (a ProtocolError, a reset).  ``onward`` is where what this side
+    reads is relayed to: while more than its backlog waits there unsent, this side is
+    read no further.
     """
 
+    name = "side"
+
     def __init__(
-        self,
-        transport: asyncio.Transport,
-        streams: asyncio.BaseProtocol,
-        backend: BackendReader,
-        conversation: Conversation,
+        self, transport: asyncio.Transport, onward: asyncio.StreamWriter, backlog: int
     ) -> None:
         self._transport = transport
-        self._streams = streams
-        self._backend = backend
-        self._conversation = conversation
-        self._since = _Since()
+        self._streams = transport.get_protocol()
+        self._onward = onward
+        self._backlog = backlog
         self._throttled = False
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    @classmethod
-    async def attach(cls, link: Link, conversation: Conversation) -> _ServerSide:
-        """Take the server connection over from its stream reader (what that reader
-        holds and nobody read yet is handled first)."""
-        transport = link.server_writer.transport
-        assert isinstance(transport, asyncio.Transport)
-        side = cls(transport, transport.get_protocol(), link.backend, conversation)
-        reader = link.server_reader
+    async def _take_over(self, reader: asyncio.StreamReader) -> None:
+        """Take the connection over from its stream reader (what that reader holds and
+        nobody read yet is handled first)."""
+        transport = self._transport
         gone = reader.at_eof() or transport.is_closing()
-        transport.set_protocol(side)
-        # The reader is fed nothing more: marked at its end, it gives up what it holds.
-        reader.feed_eof()
-        held = await reader.read()
-        if held:
-            side.data_received(held)
+        transport.set_protocol(self)
+        reader.feed_eof()  # it is fed nothing more: at its end, it gives up what it holds
+        self._first(await reader.read())
         if gone:
-            side.connection_lost(None)
-        elif not transport.is_reading():
+            self.connection_lost(None)
+        elif not transport.is_reading() and self._may_read():
             transport.resume_reading()  # the reader had paused it, full
-        return side
+
+    def _first(self, held: bytes) -> None:
+        """Handle what the stream reader held when this side took over."""
+        if held:
+            self.data_received(held)
+
+    def _may_read(self) -> bool:
+        return True
+
+    def _relay(self, data: bytes) -> None:
+        raise NotImplementedError
 
     def data_received(self, data: bytes) -> None:
         if self.ended.done():
@@ -285,6 +287,55 @@ class _ServerSide(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._streams.resume_writing()
 
+    def _throttle_if_behind(self) -> None:
+        """The other side reads slower than this one sends: stop reading this one until
+        what waits for the other is sent."""
+        if self._throttled or self._onward.transport.get_write_buffer_size() <= self._backlog:
+            return
+        self._throttled = True
+        self._transport.pause_reading()
+        spawn(self._resume_when_sent(), name=f"pg-{self.name}-throttle")
+
+    async def _resume_when_sent(self) -> None:
+        try:
+            await self._onward.drain()
+        except ConnectionError:
+            return  # the other side is gone: it ends the session
+        finally:
+            self._throttled = False
+        if self._may_read() and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def _end(self, error: Exception | None) -> None:
+        if self.ended.done():
+            return
+        if error is None:
+            self.ended.set_result(None)
+        else:
+            self.ended.set_exception(error)
+
+
+class _ServerSide(_Side):
+    """The server's messages: the agent's answers relayed, the sidecar's own to the engine."""
+
+    name = "server"
+
+    def __init__(
+        self, transport: asyncio.Transport, backend: BackendReader, conversation: Conversation
+    ) -> None:
+        super().__init__(transport, conversation.client, CLIENT_BACKLOG)
+        self._backend = backend
+        self._conversation = conversation
+        self._since = _Since()
+
+    @classmethod
+    async def attach(cls, link: Link, conversation: Conversation) -> _ServerSide:
+        transport = link.server_writer.transport
+        assert isinstance(transport, asyncio.Transport)
+        side = cls(transport, link.backend, conversation)
+        await side._take_over(link.server_reader)
+        return side
+
     def _relay(self, data: bytes) -> None:
         conversation = self._conversation
         tracker = conversation.tracker
@@ -298,38 +349,14 @@ class _ServerSide(asyncio.Protocol):
             relay = chunk
         if relay:
             conversation.client.write(relay)
-            if conversation.client.transport.get_write_buffer_size() > CLIENT_BACKLOG:
-                self._throttle()
+            self._throttle_if_behind()
         if tracker.idle:
             conversation.became_idle.set()
 
-    def _throttle(self) -> None:
-        """The agent reads slower than the server answers: stop reading the server until
-        what waits for the agent is sent."""
-        if self._throttled:
-            return
-        self._throttled = True
-        self._transport.pause_reading()
-        spawn(self._resume_when_sent(), name="pg-server-throttle")
-
-    async def _resume_when_sent(self) -> None:
-        try:
-            await self._conversation.client.drain()
-        except ConnectionError:
-            return  # the agent is gone: its side ends the session
-        finally:
-            self._throttled = False
-        if not self._transport.is_closing():
-            self._transport.resume_reading()
-
     def _end(self, error: Exception | None) -> None:
-        if self.ended.done():
-            return
-        self._conversation.ours.put_nowait((Message(b"", b"", b""), True))  # server gone
-        if error is None:
-            self.ended.set_result(None)
-        else:
-            self.ended.set_exception(error)
+        if not self.ended.done():
+            self._conversation.ours.put_nowait((Message(b"", b"", b""), True))  # server gone
+        super()._end(error)
 
 
 def _follow(chunk: bytes, starts: list[int], conversation: Conversation, since: _Since) -> None:
@@ -386,27 +413,24 @@ def _ready(conversation: Conversation, since: _Since) -> None:
 _LOOKED_AT = frozenset({b"P", b"B", b"C", b"X", b"Q", b"E"})
 
 
-class _ClientSide(asyncio.Protocol):
-    """The agent's messages, handled in the loop turn that reads them.
-
-    For the same reason as :class:`_ServerSide`: relayed from a task reading a stream,
-    every query would cost a loop turn more.  A message that runs a guarded statement is
-    handed to the engine in a task (it waits for the store and the server), and the
-    agent is read no further until the engine is done: what came with it, or comes
-    meanwhile, is framed after.  ``ended``: done when the agent leaves, failed with what
-    broke the session (a ProtocolError, a reset, an error of the engine).
+class _ClientSide(_Side):
+    """The agent's messages: what no rule concerns is sent on as read; a message that runs
+    a guarded statement is handed to the engine in a task (it waits for the store and
+    the server), and the agent is read no further until the engine is done: what came
+    with it, or comes meanwhile, is framed after.  ``ended`` also fails with an error
+    of the engine.
     """
+
+    name = "client"
 
     def __init__(
         self,
         transport: asyncio.Transport,
-        streams: asyncio.BaseProtocol,
         frontend: FrontendReader,
         conversation: Conversation,
         engine: Engine,
     ) -> None:
-        self._transport = transport
-        self._streams = streams
+        super().__init__(transport, conversation.server, SERVER_BACKLOG)
         self._frontend = frontend
         self._conversation = conversation
         self._engine = engine
@@ -414,51 +438,28 @@ class _ClientSide(asyncio.Protocol):
         self._portals: dict[str, Portal] = {}
         self._busy = False  # the engine runs a statement: the agent is not read
         self._running: asyncio.Task[None] | None = None  # that statement's task
-        self._throttled = False
-        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     @classmethod
     async def attach(cls, link: Link, conversation: Conversation, engine: Engine) -> _ClientSide:
-        """Take the agent's connection over from its stream reader (what the reader and
-        the frontend framer hold is handled first)."""
         transport = link.client_writer.transport
         assert isinstance(transport, asyncio.Transport)
-        side = cls(transport, transport.get_protocol(), link.frontend, conversation, engine)
-        reader = link.client_reader
-        gone = reader.at_eof() or transport.is_closing()
-        transport.set_protocol(side)
-        reader.feed_eof()  # it is fed nothing more: at its end, it gives up what it holds
-        side.data_received(await reader.read())
-        if gone:
-            side.connection_lost(None)
-        elif not transport.is_reading() and not side._busy:
-            transport.resume_reading()  # the reader had paused it, full
+        side = cls(transport, link.frontend, conversation, engine)
+        await side._take_over(link.client_reader)
         return side
 
+    def _first(self, held: bytes) -> None:
+        # Even with nothing held: the frontend framer may keep messages pipelined behind
+        # the start-up ones.
+        self.data_received(held)
+
+    def _may_read(self) -> bool:
+        return not self._busy
+
     def data_received(self, data: bytes) -> None:
-        if self.ended.done():
-            return
-        if self._busy:
+        if self._busy and not self.ended.done():
             self._frontend.hold(data)  # framed once the engine is done
             return
-        try:
-            self._relay(data)
-        except Exception as error:  # a ProtocolError (or a bug): the session ends with it
-            self._end(error)
-
-    def eof_received(self) -> bool:
-        self._end(None)
-        return False  # the transport closes itself
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._streams.connection_lost(exc)  # wakes whoever waits in drain()
-        self._end(exc)
-
-    def pause_writing(self) -> None:
-        self._streams.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._streams.resume_writing()
+        super().data_received(data)
 
     def stop(self) -> None:
         """The session is over: stop the engine's statement if one runs."""
@@ -499,8 +500,7 @@ class _ClientSide(asyncio.Protocol):
         if chunk:
             # Most reads: one or more whole messages, none guarded - sent on as read.
             server.write(chunk)
-        if server.transport.get_write_buffer_size() > SERVER_BACKLOG:
-            self._throttle()
+        self._throttle_if_behind()
 
     async def _run(self, handler: Callable[[Conversation], Awaitable[None]]) -> None:
         """The engine's statement; then what the agent sent after it."""
@@ -526,33 +526,6 @@ class _ClientSide(asyncio.Protocol):
         if not self._throttled:
             self._transport.resume_reading()
         self.data_received(b"")
-
-    def _throttle(self) -> None:
-        """The server reads slower than the agent sends: stop reading the agent until
-        what waits for the server is sent."""
-        if self._throttled:
-            return
-        self._throttled = True
-        self._transport.pause_reading()
-        spawn(self._resume_when_sent(), name="pg-client-throttle")
-
-    async def _resume_when_sent(self) -> None:
-        try:
-            await self._conversation.server.drain()
-        except ConnectionError:
-            return  # the server is gone: its side ends the session
-        finally:
-            self._throttled = False
-        if not self._busy and not self._transport.is_closing():
-            self._transport.resume_reading()
-
-    def _end(self, error: Exception | None) -> None:
-        if self.ended.done():
-            return
-        if error is None:
-            self.ended.set_result(None)
-        else:
-            self.ended.set_exception(error)
 
 
 def _keep_names(
