@@ -60,7 +60,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import Output, Sample, paired, parser
+from _common import Output, Sample, cpu_seconds, paired, parser
 
 from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
@@ -138,11 +138,6 @@ def psql(database: str, sql: str, *, port: int = PORT, env: dict[str, str] | Non
     if done.returncode != 0:
         raise RuntimeError(f"psql failed ({done.returncode}) on {sql[:60]!r}: {done.stderr}")
     return done.stdout.strip()
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def pgbench(
