@@ -26,7 +26,7 @@ from sidecar.errors import InvalidRequest, ProbeFailed
 from sidecar.proxy import git
 from sidecar.proxy.exchange import AgentRequest, Headers, Sender
 from sidecar.proxy.upstream import Reply, UpstreamError
-from sidecar.rules import EffectKind, RuleMatch, fingerprint
+from sidecar.rules import EffectKind, RuleMatch, fingerprint, same_payload
 from sidecar.rules.model import Protocol as RuleProtocol
 from sidecar.rules.model import Rule
 from sidecar.rules.templates import TemplateValueMissing
@@ -60,6 +60,10 @@ class Codec(Protocol):
 
     def reject(self, effect: Effect, described: Described) -> Content | None:
         """The answer refusing a divergent replay, or None for a 422 problem."""
+        ...
+
+    def diverges(self, effect: Effect, described: Described, request: AgentRequest) -> bool:
+        """Whether ``request`` carries another payload than the one ``effect`` recorded."""
         ...
 
     def classify(self, rule: Rule, reply: Reply) -> EffectState: ...
@@ -109,6 +113,11 @@ class HttpCodec:
 
     def reject(self, effect: Effect, described: Described) -> Content | None:
         return None
+
+    def diverges(self, effect: Effect, described: Described, request: AgentRequest) -> bool:
+        if effect.fingerprint == described.fingerprint:
+            return False
+        return not same_payload(effect.fingerprint, request.facts)  # in its own version
 
     def classify(self, rule: Rule, reply: Reply) -> EffectState:
         if rule.effect is EffectKind.CACHE:
@@ -205,6 +214,9 @@ class GitPushCodec:
         )
         rejected = dict.fromkeys(described.push.refs, why)
         return Content(200, _RESULT, git.report_status(described.push, rejected, note))
+
+    def diverges(self, effect: Effect, described: Described, request: AgentRequest) -> bool:
+        return effect.fingerprint != described.fingerprint
 
     def classify(self, rule: Rule, reply: Reply) -> EffectState:
         if reply.status >= 500:

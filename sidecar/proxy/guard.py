@@ -274,7 +274,7 @@ class EffectGuard:
     def _replay(self, call: Call, effect: Effect) -> Answer:
         """Answer from the log.  Nothing is forwarded, so the audit line need not be durable
         before the answer: it is written in the background (and logged if it cannot be)."""
-        divergent = effect.fingerprint != call.described.fingerprint
+        divergent = call.codec.diverges(effect, call.described, call.request)
         if divergent and call.rule.on_divergence is OnDivergence.REJECT:
             self._note_later(call.binding, effect, "divergent", "rejected: payload differs")
             rejected = call.codec.reject(effect, call.described)

@@ -19,6 +19,7 @@ from sidecar.rules.matcher import (
     RuleSource,
     canonical_body,
     fingerprint,
+    same_payload,
 )
 from sidecar.rules.model import (
     CheckpointSpec,
@@ -74,4 +75,5 @@ __all__ = [
     "canonical_body",
     "fingerprint",
     "load_rules",
+    "same_payload",
 ]

@@ -14,7 +14,10 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
+
+import orjson
 
 from sidecar.rules.facts import HttpRequestFacts
 from sidecar.rules.model import HttpMatch, Rule
@@ -100,24 +103,84 @@ class RuleSource:
 
 
 def canonical_body(facts: HttpRequestFacts) -> bytes:
-    """JSON with sorted keys and no spaces for a JSON body; the raw bytes otherwise."""
+    """JSON with sorted keys and no spaces for a JSON body; the raw bytes otherwise.
+
+    What an effect key without a ``key`` template is made of: a key is looked up in the
+    effect log, so this form never changes (the fingerprint has its own, versioned one).
+    """
     data = facts.json_body()
     if data is None:
         return facts.body or b""
+    return _json_canonical(data)
+
+
+def _json_canonical(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
+#: the prefix of the fingerprints recorded before version 2: their body was canonicalised
+#: by :func:`canonical_body` (``json.dumps``), which costs about 2 ms per MiB of JSON.
+FINGERPRINT_V1 = "sha256:"
+FINGERPRINT_V2 = "v2:sha256:"
+
+
 def fingerprint(facts: HttpRequestFacts) -> str:
-    """``sha256:HEX`` over method, path, sorted query and canonical body.
+    """``v2:sha256:HEX`` over method, path, sorted query and canonical body.
 
     Two requests with the same effect key but different fingerprints are a divergent
-    replay (SPEC §3). Header order, JSON key order and whitespace do not count.
+    replay (SPEC §3). Header order, JSON key order and whitespace do not count.  Compare
+    a recorded fingerprint with :func:`same_payload`, which knows the older version.
     """
+    return FINGERPRINT_V2 + _digest(facts, *_canonical_body_v2(facts))
+
+
+def same_payload(recorded: str, facts: HttpRequestFacts) -> bool:
+    """Whether ``facts`` has the payload a fingerprint was recorded for, in the version
+    it was recorded in: an effect recorded by an older sidecar is not a divergent
+    replay only because the fingerprint's canonical form changed since."""
+    if recorded.startswith(FINGERPRINT_V1):
+        return recorded == FINGERPRINT_V1 + _digest(facts, canonical_body(facts))
+    return recorded == fingerprint(facts)
+
+
+def _digest(facts: HttpRequestFacts, *body: bytes) -> str:
     digest = hashlib.sha256()
     query = urlencode(sorted(facts.query.items()))
     digest.update(f"{facts.method}\n{facts.path}\n{query}\n".encode())
-    digest.update(canonical_body(facts))
-    return f"sha256:{digest.hexdigest()}"
+    for part in body:  # apart, not joined: a copy of a large body costs more than a call
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _canonical_body_v2(facts: HttpRequestFacts) -> tuple[bytes, bytes]:
+    """The body as version 2 of the fingerprint sees it, tagged by the form it took (so
+    no two forms can collide): the raw bytes when it is not JSON; else JSON with sorted
+    keys by orjson (some 30x faster than ``json.dumps``) unless the value holds what
+    orjson cannot write exactly - integers beyond 64 bits, lone surrogates, nesting
+    deeper than 254 (it raises) or NaN and infinities (it writes them as null) - which
+    ``json.dumps`` writes.  The form depends on the parsed value only, so the same JSON
+    in any key order or spacing gets the same fingerprint."""
+    data = facts.json_body()
+    if data is None:
+        return b"raw\n", facts.body or b""
+    try:
+        fast = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return b"json\n", _json_canonical(data)
+    # The search costs ~0.5 ms per MiB (the dump itself ~0.06): the price of telling
+    # NaN from null without walking the value in Python.
+    if b"null" in fast and not _all_finite(data):
+        return b"json\n", _json_canonical(data)
+    return b"orjson\n", fast
+
+
+def _all_finite(data: Any) -> bool:
+    """No NaN or infinity anywhere in ``data`` (asked only when orjson wrote a null)."""
+    try:
+        json.dumps(data, allow_nan=False)  # C speed; the only thing it refuses here
+    except ValueError:
+        return False
+    return True
 
 
 def http_match(condition: HttpMatch, facts: HttpRequestFacts) -> dict[str, str] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -11,13 +12,13 @@ from pathlib import Path
 import pytest
 from yarl import URL
 
-from sidecar.domain.model import EffectState
+from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.errors import StoreUnavailable
 from sidecar.proxy.exchange import AgentRequest
 from sidecar.proxy.guard import EffectGuard
 from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.recording.bindings import Bindings
-from sidecar.rules import RuleSet, load_rules
+from sidecar.rules import RuleSet, canonical_body, load_rules
 from sidecar.rules.facts import HttpRequestFacts
 from sidecar.runtime.clock import ManualClock
 from sidecar.runtime.metrics import Metrics
@@ -305,6 +306,43 @@ async def test_replays_come_from_memory_and_are_audited_once_per_attempt(world):
     await asyncio.sleep(0)  # let the background audit line land
     events = [e.event for e in await store.effect_events("312")]
     assert events == ["pending", "completed", "replayed"]
+
+
+async def test_an_effect_an_older_sidecar_fingerprinted_is_replayed_unflagged_for_its_payload(
+    world,
+):
+    """Fingerprints recorded before version 2 (``sha256:`` over ``json.dumps``'s canonical
+    body) are compared in their own version: upgrading the sidecar mid-task does not turn
+    the agent's retry into a divergent replay."""
+    store, upstream = world.store, world.upstream
+    claim = await store.claim("312", "a", 60)
+    charge = request("pay.test", "/charges", {"order": "o-1", "amount": 5})
+    digest = hashlib.sha256(b"POST\n/charges\n\n" + canonical_body(charge.facts))
+    await store.record_pending(
+        "312",
+        "o-1",
+        claim.attempt_id,
+        claim.generation,
+        kind="http",
+        rule="charges.create",
+        fingerprint="sha256:" + digest.hexdigest(),
+        idempotency_key=None,
+        request={},
+    )
+    await store.transition_effect(
+        "312",
+        "o-1",
+        claim.attempt_id,
+        claim.generation,
+        EffectState.COMPLETED,
+        response=RecordedResponse(201, (), b'{"id": 1}'),
+    )
+    same = await call(world, "312", request("pay.test", "/charges", {"amount": 5, "order": "o-1"}))
+    assert same.disposition == "replayed"
+    assert "X-Sidecar-Divergent" not in dict(same.headers)
+    other = await call(world, "312", request("pay.test", "/charges", {"order": "o-1", "amount": 6}))
+    assert dict(other.headers)["X-Sidecar-Divergent"] == "true"
+    assert upstream.sent == []
 
 
 async def test_an_effect_that_never_reached_the_upstream_is_failed_and_simply_sent_again(world):

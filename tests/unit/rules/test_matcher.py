@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from urllib.parse import urlencode
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from sidecar.rules import HttpRequestFacts, Rule, RuleSet, fingerprint
+from sidecar.rules import (
+    HttpRequestFacts,
+    Rule,
+    RuleSet,
+    canonical_body,
+    fingerprint,
+    same_payload,
+)
 
 
 def make(name, effect="non_idempotent", **match):
@@ -206,4 +217,83 @@ def test_the_default_key_with_a_secret_keeps_the_rest_of_the_path():
 )
 def test_the_fingerprint_is_method_path_query_and_canonical_body(a, b, same):
     assert (fingerprint(a) == fingerprint(b)) is same
-    assert fingerprint(a).startswith("sha256:")
+    assert fingerprint(a).startswith("v2:sha256:")
+
+
+def _v1(f):
+    """A fingerprint as sidecars before version 2 recorded it."""
+    digest = hashlib.sha256()
+    digest.update(f"{f.method}\n{f.path}\n{urlencode(sorted(f.query.items()))}\n".encode())
+    digest.update(canonical_body(f))
+    return "sha256:" + digest.hexdigest()
+
+
+def test_a_fingerprint_recorded_by_an_older_sidecar_is_compared_in_its_own_version():
+    recorded = _v1(facts(body=b'{"title": "T\\u00e9", "n": 1}'))
+    assert recorded != fingerprint(facts(body=b'{"title": "T\\u00e9", "n": 1}'))
+    assert same_payload(recorded, facts(body=b'{"n":1,"title":"T\xc3\xa9"}'))
+    assert not same_payload(recorded, facts(body=b'{"n":2,"title":"T\xc3\xa9"}'))
+    assert same_payload(fingerprint(facts(body=b"[1]")), facts(body=b" [ 1 ] "))
+    assert not same_payload(fingerprint(facts(body=b"[1]")), facts(body=b"[2]"))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (b'{"a": NaN}', b'{"a": null}'),  # orjson writes NaN and infinities as null
+        (b'{"a": Infinity}', b'{"a": -Infinity}'),
+        (b'{"a": 1e400}', b'{"a": null}'),
+        (b"[18446744073709551616]", b"[18446744073709551615]"),  # beyond 64 bits
+        (b'["\\ud800"]', b'["\\ud801"]'),  # lone surrogates
+        (b"[" * 300 + b"1" + b"]" * 300, b"[" * 300 + b"2" + b"]" * 300),  # deeper than orjson
+        (b'orjson\n{"a":1}', b'{"a":1}'),  # raw bytes that spell a tagged form
+        (b'json\n{"a":1}', b'{"a":1}'),
+    ],
+)
+def test_values_orjson_cannot_write_exactly_still_tell_payloads_apart(a, b):
+    assert fingerprint(facts(body=a)) != fingerprint(facts(body=b))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (b'{"b": [1, NaN], "a": null}', b'{"a":null,"b":[1,NaN]}'),
+        (b'{"big": 18446744073709551616, "x": 1}', b'{"x":1,"big":18446744073709551616}'),
+        (b'{"s": "\\ud800", "t": 2}', b'{"t":2,"s":"\\ud800"}'),
+        (b'{"a": null, "b": "nullable"}', b'{"b":"nullable","a":null}'),
+    ],
+)
+def test_the_form_depends_on_the_value_so_key_order_and_spacing_never_count(a, b):
+    assert fingerprint(facts(body=a)) == fingerprint(facts(body=b))
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=12,
+)
+
+
+@given(_json_values, _json_values, st.randoms())
+def test_two_bodies_get_one_fingerprint_exactly_when_they_hold_one_value(one, other, rnd):
+    def spelled(value):
+        """``value`` as JSON text, keys shuffled and spaced at random."""
+        if isinstance(value, dict):
+            items = list(value.items())
+            rnd.shuffle(items)
+            inner = ", ".join(f"{json.dumps(k)} :{spelled(v)}" for k, v in items)
+            return "{ " + inner + "}"
+        if isinstance(value, list):
+            return "[" + " ,".join(spelled(v) for v in value) + " ]"
+        return json.dumps(value)
+
+    def prints(value):
+        return fingerprint(facts(body=spelled(value).encode("utf-8", "surrogatepass")))
+
+    assert prints(one) == prints(one)
+    same = json.dumps(one, sort_keys=True) == json.dumps(other, sort_keys=True)
+    assert (prints(one) == prints(other)) is same
