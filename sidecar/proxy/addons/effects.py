@@ -156,7 +156,7 @@ class EffectAddon:
         match, seen = guarded.match, flow.request
         # As the guard's audit lines name it: no query, no secret path parameters.
         path = without_secrets(seen.path.partition("?")[0], match.secrets)
-        what = f"{seen.method} {seen.pretty_host}{path} (rule {match.rule.name})"
+        what = f"{seen.method} {guarded.facts.host}{path} (rule {match.rule.name})"
         try:
             binding = await self.guard.recorder.bind(flow.metadata.get(METADATA), what, "proxy")
         except SidecarError as error:
