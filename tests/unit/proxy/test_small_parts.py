@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from mitmproxy import http
 from mitmproxy.test import tflow
 
 from sidecar.errors import ConfigError
 from sidecar.proxy.addons.binder import METADATA, TaskBinder
-from sidecar.proxy.addons.effects import EffectAddon
+from sidecar.proxy.addons.effects import EffectAddon, to_response
 from sidecar.proxy.addons.gate import ReadinessGate
 from sidecar.proxy.embed import interception_hosts
 from sidecar.proxy.exchange import AgentRequest, Answer
@@ -233,3 +234,38 @@ async def test_the_guard_gets_the_request_as_matched_with_its_body(tmp_path: Pat
     assert request.facts.json_body() == {"n": 1}
     assert request.target == "/notes?draft=1"
     assert [v for n, v in request.headers if n == "X-Trace"] == ["a", "b"], "all, in order"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Answer(201, (("Content-Type", "application/json"), ("X-A", "é")), b'{"id": 1}', "replayed"),
+        Answer(204, (), b"", "recorded"),
+        Answer(
+            599,
+            (("Content-Length", "99"), ("Set-Cookie", "a"), ("set-cookie", "b")),
+            b"x",
+            "refused",
+        ),
+    ],
+)
+def test_an_answer_becomes_the_response_mitmproxy_s_own_constructor_would_build(answer):
+    built = to_response(answer)
+    checked = http.Response(  # the validating constructor to_response leaves out
+        b"HTTP/1.1",
+        built.status_code,
+        built.data.reason,
+        http.Headers(built.headers.fields),
+        built.raw_content,
+        None,
+        built.timestamp_start,
+        built.timestamp_end,
+    )
+    assert built.get_state() == checked.get_state()
+    assert list(vars(built.data)) == list(vars(checked.data))
+    assert (built.status_code, built.raw_content) == (answer.status, answer.body)
+    assert built.headers.get_all("set-cookie") == [
+        v for n, v in answer.headers if n.lower() == "set-cookie"
+    ]
+    assert built.headers["content-length"] == str(len(answer.body))
+    assert built.stream is False
