@@ -26,6 +26,7 @@ from sidecar.errors import (
     SidecarError,
     StoreUnavailable,
 )
+from sidecar.runtime import startup
 
 # Each verb and the module that registers it (sidecar.cli.MODULE).  A command imports
 # only the module of its own verb: a `sidecar exec` per agent run need not load the
@@ -97,6 +98,10 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["serve"]:
+        # The sidecar's start-up builds what it keeps until it exits: its older garbage
+        # generations are not collected meanwhile (the server restores that when ready).
+        startup.begin()
     if words[:2] == ["effects", "resolve"]:
         # `effects TASK` keeps its positional; `effects resolve ...` is a verb of its own
         # (a task named "resolve": `sidecar effects -- resolve`).

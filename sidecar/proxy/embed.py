@@ -24,11 +24,12 @@ import contextlib
 import logging
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from mitmproxy import exceptions, options
+from cryptography.hazmat.primitives import serialization
+from mitmproxy import certs, exceptions, options
 from mitmproxy.addons import (
     block,
     core,
@@ -50,6 +51,9 @@ from sidecar.runtime.aio import spawn
 log = logging.getLogger("sidecar.proxy")
 
 START_TIMEOUT_S = 20.0
+#: How often :meth:`EmbeddedProxy.start` looks whether mitmproxy listens yet (it does
+#: within a few milliseconds: a coarser step only adds to the sidecar's start-up).
+_START_POLL_S = 0.002
 
 
 def interception_hosts(rules: RuleSet, routes: Routes) -> list[str] | None:
@@ -117,7 +121,7 @@ class EmbeddedProxy:
             if self._task.done() or loop.time() > deadline:
                 await self.stop()
                 raise ConfigError("the proxy did not start (see the log)")
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(_START_POLL_S)
         addresses = [(str(a[0]), int(a[1])) for a in proxyserver.listen_addrs()]
         if not addresses:
             await self.stop()
@@ -177,3 +181,30 @@ class _TlsConfig(tlsconfig.TlsConfig):
     def running(self) -> None:
         if getattr(self, "certstore", None) is None:
             super().running()
+
+    def configure(self, updated: Any) -> None:
+        with _ca_key_checked_already():
+            super().configure(updated)
+
+
+@contextlib.contextmanager
+def _ca_key_checked_already() -> Iterator[None]:
+    """While mitmproxy's TLS addon loads the CA from the confdir: without cryptography's
+    consistency check of an RSA private key (p, q and d against n), 40 ms at every start.
+
+    The sidecar's options give mitmproxy no key but the confdir's CA, which either
+    mitmproxy generated there (``ensure_authority``) or the sidecar checked, with that
+    check, before installing it (``--ca-from``: :func:`sidecar.proxy.ca.install_authority`
+    loads it on every start); a passphrase-protected key takes mitmproxy's own path."""
+    load = certs.load_pem_private_key
+
+    def checked_already(data: bytes, password: bytes | None) -> Any:
+        if password is not None:
+            return load(data, password)
+        return serialization.load_pem_private_key(data, None, unsafe_skip_rsa_key_validation=True)
+
+    certs.load_pem_private_key = checked_already
+    try:
+        yield
+    finally:
+        certs.load_pem_private_key = load

@@ -44,6 +44,7 @@ from sidecar.proxy.upstream import Upstream
 from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
 from sidecar.rules.packs import default_rule_paths
+from sidecar.runtime import startup
 from sidecar.runtime.aio import spawn, stop_on_signals
 from sidecar.runtime.clock import SystemClock
 from sidecar.runtime.metrics import Metrics
@@ -359,6 +360,7 @@ async def _hold_lease(
 async def serve(settings: Settings) -> None:
     running = await start(settings)
     print(running.ready_line((await running.store.info()).url), flush=True)
+    startup.started()
     stop = running.stop_requested
     stop_on_signals(stop)
     try:
