@@ -29,7 +29,9 @@ TASK_PROBLEMS = ("not_found", *STORE_PROBLEMS)
 
 _TASK = re.compile(TASK_PATTERN)
 # 19 digits in a row: the shortest integer literal that can lie beyond 64 bits.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG = 19
+_LONG_DIGITS = re.compile(rb"[0-9]{%d}" % _LONG)
+_DIGITS = b"0123456789"
 
 
 def plainly_storable(raw: bytes) -> bool:
@@ -46,7 +48,11 @@ def plainly_storable(raw: bytes) -> bool:
         raw.isascii()
         and b"\\u" not in raw
         and b"\x00" not in raw
-        and _LONG_DIGITS.search(raw) is None
+        # 19 digits in a row need 19 digits in all: counted first (deleting the digits
+        # is a single C pass, a quarter of the regex search), which most bodies lack.
+        and (
+            len(raw) - len(raw.translate(None, _DIGITS)) < _LONG or _LONG_DIGITS.search(raw) is None
+        )
     )
 
 

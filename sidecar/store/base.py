@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -170,8 +170,10 @@ class Store(ABC):
         return result
 
     @abstractmethod
-    async def _run[T](self, command: Command[T]) -> T:
-        """The backend's transaction around ``command.apply``."""
+    def _run[T](self, command: Command[T]) -> Awaitable[T]:
+        """The backend's transaction around ``command.apply``: a coroutine, or (a group
+        commit store) the future of the queued command; :meth:`execute` awaits it, and
+        an error raised before it is awaited is handled the same way."""
 
     @abstractmethod
     async def check_writable(self) -> None:

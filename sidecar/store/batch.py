@@ -198,41 +198,60 @@ def decide(works: Sequence[Work], batch: Batch, ctx: Context) -> list[Any]:
     return outcomes
 
 
+#: the statements that delete a pruned task's rows, children first.
+_DELETE_TASK = tuple(
+    f"delete_task_{table}" for table in (*ROW_KINDS[:-1], "leases", "attempts", "tasks")
+)
+
+
+def _removals(batch: Batch) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """The first steps of :func:`changes`: the probe's row, then pruned tasks' rows."""
+    steps: list[tuple[str, list[tuple[Any, ...]]]] = []
+    if batch.probed_at is not None:
+        steps += [("probe_insert", [(rows.to_us(batch.probed_at),)]), ("probe_delete", [()])]
+    if batch.deleted_tasks:
+        gone = [(task,) for task in batch.deleted_tasks]
+        steps += [(name, gone) for name in _DELETE_TASK]
+    return steps
+
+
 def changes(batch: Batch) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """``(statement name, rows)`` to write what the batch changed: the probe's test row
     written and deleted, pruned tasks' rows deleted (children first), then the writes,
-    parents first; a lease only if it differs from the one stored."""
-    gone = [(task,) for task in batch.deleted_tasks]
-    probed = [] if batch.probed_at is None else [(rows.to_us(batch.probed_at),)]
-    steps: list[tuple[str, list[tuple[Any, ...]]]] = [
-        ("probe_insert", probed),
-        ("probe_delete", [() for _ in probed]),
-        *((f"delete_task_{table}", gone) for table in (*ROW_KINDS[:-1], "leases", "attempts")),
-        ("delete_task_tasks", gone),
-        ("upsert_task", [rows.task_params(s) for s in batch.dirty_tasks.values()]),
-        ("insert_attempt", [rows.attempt_params(a) for a in batch.new_attempts]),
-        (
-            "end_attempt",
-            [
-                (rows.to_us(at), reason.value, rows.to_us(until), aid)
-                for aid, at, reason, until in batch.ended_attempts
-            ],
-        ),
-        (
-            "note_attempt_exit",
-            [rows.exit_params(*noted) for noted in batch.noted_exits],
-        ),
-        (
-            "upsert_lease",
-            [
-                rows.lease_params(s.task, s.lease)
-                for s in batch.dirty_tasks.values()
-                if s.lease is not None and s.lease != batch.stored_leases.get(s.task)
-            ],
-        ),
-        ("insert_checkpoint", [rows.checkpoint_params(c) for c in batch.new_checkpoints]),
-        ("upsert_effect", [rows.effect_params(e) for e in batch.dirty_effects.values()]),
-        ("insert_event", [rows.event_params(e) for e in batch.new_events]),
-        ("insert_refusal", [rows.refusal_params(r) for r in batch.new_refusals]),
-    ]
-    return [(name, params) for name, params in steps if params]
+    parents first; a lease only if it differs from the one stored.  Only the statements
+    that have rows are listed (each step is tested first: a checkpoint batch writes two
+    of the seventeen, and building the other fifteen empty lists showed up in the writer
+    thread's time per batch)."""
+    steps = _removals(batch) if batch.probed_at is not None or batch.deleted_tasks else []
+    add = steps.append
+    dirty = batch.dirty_tasks
+    if dirty:
+        add(("upsert_task", [rows.task_params(s) for s in dirty.values()]))
+    if batch.new_attempts:
+        add(("insert_attempt", [rows.attempt_params(a) for a in batch.new_attempts]))
+    if batch.ended_attempts:
+        ended = [
+            (rows.to_us(at), reason.value, rows.to_us(until), aid)
+            for aid, at, reason, until in batch.ended_attempts
+        ]
+        add(("end_attempt", ended))
+    if batch.noted_exits:
+        add(("note_attempt_exit", [rows.exit_params(*noted) for noted in batch.noted_exits]))
+    if dirty:
+        stored = batch.stored_leases
+        leases = [
+            rows.lease_params(s.task, s.lease)
+            for s in dirty.values()
+            if s.lease is not None and s.lease != stored.get(s.task)
+        ]
+        if leases:
+            add(("upsert_lease", leases))
+    if batch.new_checkpoints:
+        add(("insert_checkpoint", [rows.checkpoint_params(c) for c in batch.new_checkpoints]))
+    if batch.dirty_effects:
+        add(("upsert_effect", [rows.effect_params(e) for e in batch.dirty_effects.values()]))
+    if batch.new_events:
+        add(("insert_event", [rows.event_params(e) for e in batch.new_events]))
+    if batch.new_refusals:
+        add(("insert_refusal", [rows.refusal_params(r) for r in batch.new_refusals]))
+    return steps

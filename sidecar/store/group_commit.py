@@ -73,14 +73,17 @@ class GroupCommit:
         for task in tasks:
             await task
 
-    async def submit(self, work: Work) -> Any:
-        """Queue ``work``; its outcome once the batch holding it is committed."""
+    def submit(self, work: Work) -> asyncio.Future[Any]:
+        """Queue ``work`` now; the future of its outcome, set once the batch holding it is
+        committed.  A plain function returning the future, not a coroutine: every write
+        awaits it, and a coroutine in between is one more frame to create and resume per
+        write (bench/control_api.py)."""
         if not self.running:
             raise StoreUnavailable(f"the store {self._name} is not open")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.append((work, future))
         self._work_arrived.set()
-        return await future
+        return future
 
     async def _lane(self) -> None:
         while self._waiting or not self._stopping:
@@ -150,14 +153,14 @@ class GroupCommitStore(Store):
     #: what a write is refused with while the store is not open for writing.
     _closed: ClassVar[str]
 
-    async def _run[T](self, command: Command[T]) -> T:
-        result: T = await self._submit(command)
-        return result
+    def _run[T](self, command: Command[T]) -> Awaitable[T]:
+        # The queue's future itself, awaited by Store.execute: no coroutine in between.
+        return self._submit(command)
 
     async def check_writable(self) -> None:
         await self._submit(Probe())
 
-    async def _submit(self, work: Work) -> Any:
+    def _submit(self, work: Work) -> asyncio.Future[Any]:
         if self._writes is None:
             raise StoreUnavailable(self._closed)
-        return await self._writes.submit(work)
+        return self._writes.submit(work)

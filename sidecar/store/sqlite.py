@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import queue
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,64 @@ def path_from_url(url: str) -> Path:
     return Path(rest)
 
 
+type _Call = tuple[
+    asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[..., Any], tuple[Any, ...]
+]
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return  # its caller went away
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
+class OneThread:
+    """One thread that runs the calls given to it in order, each answered on the event
+    loop that asked: what ``loop.run_in_executor`` on a one-thread pool does, in one hop
+    each way.  The pool's hop also builds a ``concurrent.futures.Future`` (a condition
+    variable and its locks), a work item and a chained asyncio future, and takes two
+    locks and a semaphore per call, on both threads; a store batch pays it every commit
+    (bench/control_api.py).  As with the pool, a call whose future was cancelled before
+    it started does not run.  A daemon thread, so that a store never closed cannot hold
+    the process open; :meth:`stop` runs what was queued, then ends it."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """``fn(*args)`` on the thread; the future of what it returns or raises."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._calls.put((loop, future, fn, args))
+        return future
+
+    def _serve(self) -> None:
+        calls = self._calls
+        while (call := calls.get()) is not None:
+            loop, future, fn, args = call
+            if future.cancelled():
+                continue
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # handed to the caller, as the pool does
+                error = exc
+            with contextlib.suppress(RuntimeError):  # a closed loop: no one left to answer
+                loop.call_soon_threadsafe(_settle, future, result, error)
+            del call, future, result, error  # not kept alive until the next call
+
+    def stop(self) -> None:
+        """Run what is queued, then end the thread (returns once it has)."""
+        self._calls.put(None)
+        self._thread.join()
+
+
 class SQLiteStore(SQLReads, GroupCommitStore):
     _closed = "the SQLite store is not open"
 
@@ -94,7 +153,7 @@ class SQLiteStore(SQLReads, GroupCommitStore):
         self._writer = Writer(self.path, [p.format(**values) for p in _WRITER_PRAGMAS])
         self._reader_pragmas = [p.format(**values) for p in _READER_PRAGMAS]
         # One thread, so the writer connection is only ever used from the thread that made it.
-        self._writer_thread: ThreadPoolExecutor | None = None
+        self._writer_thread: OneThread | None = None
         self._reader: aiosqlite.Connection | None = None
         self._schema_version = 0
 
@@ -104,7 +163,7 @@ class SQLiteStore(SQLReads, GroupCommitStore):
         if self._read_only:
             await self._open_reader(read_only=True)
             return
-        self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._writer_thread = OneThread("sqlite-writer")
         try:
             self._schema_version = await self._on_writer(self._writer.open)
             await self._open_reader(read_only=False)
@@ -150,12 +209,13 @@ class SQLiteStore(SQLReads, GroupCommitStore):
             self._reader = None
         if self._writer_thread is not None:
             await self._on_writer(self._writer.close)
-            self._writer_thread.shutdown()
+            self._writer_thread.stop()
             self._writer_thread = None
 
     async def _on_writer[R](self, fn: Callable[..., R], *args: Any) -> R:
         assert self._writer_thread is not None
-        return await asyncio.get_running_loop().run_in_executor(self._writer_thread, fn, *args)
+        result: R = await self._writer_thread.call(fn, *args)
+        return result
 
     async def info(self) -> StoreInfo:
         return StoreInfo(

@@ -10,9 +10,10 @@ of a bare group-commit loop (bench/control_api.py); as one call it stays within 
 from __future__ import annotations
 
 import json
+import json.encoder
 import logging
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,18 +140,36 @@ def _check_integrity(db: sqlite3.Connection, path: Path) -> None:
         )
 
 
+_quote = json.encoder.encode_basestring_ascii  # json.dumps' own, for ensure_ascii=True
+
+
+def json_strings(values: Iterable[str]) -> str:
+    """``json.dumps(list(values))`` for strings, character for character, without setting
+    up an encoder per call (a batch's load passes its keys as one JSON array)."""
+    return "[" + ", ".join(map(_quote, values)) + "]"
+
+
+def json_string_pairs(pairs: Iterable[tuple[str, str]]) -> str:
+    """``json.dumps([list(p) for p in pairs])`` for pairs of strings, likewise."""
+    return "[" + ", ".join([f"[{_quote(a)}, {_quote(b)}]" for a, b in pairs]) + "]"
+
+
 def _load(db: sqlite3.Connection, works: Sequence[Work]) -> Batch:
     """Read every row the batch's commands will look at, in four queries at most."""
     want = wanted(works)
 
-    def rows_of(name: str, values: list[Any]) -> list[Any]:
-        return list(db.execute(Q[name], (json.dumps(values),))) if values else []
+    def rows_of(name: str, keys: str) -> list[Any]:
+        return list(db.execute(Q[name], (keys,)))
 
     return Batch.loaded(
-        rows_of("load_tasks", want.tasks),
-        rows_of("load_last_checkpoints", want.last_checkpoints),
-        rows_of("load_effects", [list(k) for k in want.effects]),
-        rows_of("load_task_rows", want.task_rows),
+        rows_of("load_tasks", json_strings(want.tasks)) if want.tasks else [],
+        (
+            rows_of("load_last_checkpoints", json_strings(want.last_checkpoints))
+            if want.last_checkpoints
+            else []
+        ),
+        rows_of("load_effects", json_string_pairs(want.effects)) if want.effects else [],
+        rows_of("load_task_rows", json_strings(want.task_rows)) if want.task_rows else [],
     )
 
 

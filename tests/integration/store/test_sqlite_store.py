@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from contextlib import closing
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from sidecar.errors import ConfigError, StoreUnavailable
 from sidecar.store import create_store, sqlfiles
-from sidecar.store.sqlite import SQLiteStore
+from sidecar.store.sqlite import OneThread, SQLiteStore
 from sidecar.store.sqlite_writer import statements
 
 
@@ -174,3 +175,88 @@ async def test_the_effect_log_is_readable_by_its_owner_only(tmp_path):
         assert oct(data.stat().st_mode & 0o777) == "0o700"
     finally:
         await store.close()
+
+
+async def test_the_writer_thread_runs_calls_in_order_on_one_thread_and_answers_each():
+    thread = OneThread("test-writer")
+    try:
+        seen: list[tuple[int, int]] = []
+
+        def work(n: int) -> int:
+            seen.append((n, threading.get_ident()))
+            return n * 10
+
+        assert await asyncio.gather(*(thread.call(work, n) for n in range(20))) == [
+            n * 10 for n in range(20)
+        ]
+        assert [n for n, _ in seen] == list(range(20))
+        assert len({ident for _, ident in seen}) == 1
+        assert seen[0][1] != threading.get_ident()
+
+        def fail() -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+            await thread.call(fail)
+        assert await thread.call(work, 99) == 990, "the thread still serves after a failure"
+    finally:
+        thread.stop()
+
+
+async def test_a_writer_call_cancelled_before_it_starts_does_not_run():
+    thread = OneThread("test-writer")
+    try:
+        started, release = threading.Event(), threading.Event()
+        ran: list[str] = []
+
+        def block() -> str:
+            started.set()
+            release.wait(5)
+            return "blocked"
+
+        first = thread.call(block)
+        await asyncio.to_thread(started.wait, 5)
+        cancelled = thread.call(ran.append, "cancelled")
+        after = thread.call(ran.append, "after")
+        cancelled.cancel()
+        release.set()
+        assert await first == "blocked"
+        await after
+        assert ran == ["after"]
+    finally:
+        thread.stop()
+
+
+def test_stopping_the_writer_thread_runs_what_was_queued_first():
+    thread = OneThread("test-writer")
+    ran: list[int] = []
+
+    async def queue_then_stop() -> list[asyncio.Future[object]]:
+        return [thread.call(ran.append, n) for n in range(5)]
+
+    futures = asyncio.run(queue_then_stop())  # the loop is closed before they are answered
+    thread.stop()
+    assert ran == [0, 1, 2, 3, 4]
+    assert not thread._thread.is_alive()
+    assert all(not f.done() for f in futures)  # no one was left to answer: no error either
+
+
+async def test_the_store_writes_from_one_writer_thread(tmp_path):
+    store = SQLiteStore(f"sqlite:///{tmp_path}/s.db")
+    await store.open()
+    try:
+        claim = await store.claim("t", "w", 60)
+        written = await asyncio.gather(
+            *(
+                store.append_checkpoint("t", claim.attempt_id, claim.generation, "S", {"n": n})
+                for n in range(10)
+            )
+        )
+        assert sorted(c.seq for c in written) == list(range(1, 11))
+        assert store._writer_thread is not None
+        writer = store._writer_thread._thread
+        assert writer.name == "sqlite-writer"
+        assert writer.is_alive()
+    finally:
+        await store.close()
+    assert not writer.is_alive(), "closing the store ends its writer thread"

@@ -4,6 +4,8 @@ for unstorable values, and that every such value is still refused at the door.""
 from __future__ import annotations
 
 import json
+import random
+import re
 
 import pytest
 
@@ -135,3 +137,43 @@ async def test_bodies_the_one_step_parse_refuses_get_the_full_answer(raw, status
     assert refused.value.status == status
     if type_ is not None:
         assert [e["type"] for e in refused.value.errors or []] == [type_]
+
+
+def _plainly_storable_by_regex(raw: bytes) -> bool:
+    """plainly_storable as it was before it counted the digits first: the reference."""
+    return (
+        raw.isascii()
+        and b"\\u" not in raw
+        and b"\x00" not in raw
+        and re.search(rb"[0-9]{19}", raw) is None
+    )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{}",
+        b'{"n": 1234567890123456789}',  # 19 in a row
+        b'{"n": 123456789012345678}',  # 18 in a row
+        b'{"a": 1234567890, "b": 123456789}',  # 19 in all, never 19 in a row
+        b'{"a": 12345678901234567890123, "b": 1}',
+        b'{"a": "' + b"1" * 18 + b'", "b": "' + b"2" * 18 + b'"}',
+        b'{"a": "' + b"1" * 19 + b'"}',
+        b'{"s": "\\u00e9"}',
+        '{"s": "é"}'.encode(),
+        b'{"s": "\x00"}',
+        b'{"attempt_id": "01KBFJ7X0SSFG2Q7TJ1C4Z5HWE", "generation": 1, "outputs": {"n": 7}}',
+        b"9" * 19,
+        b"9" * 18 + b"x" + b"9" * 18,
+    ],
+)
+def test_counting_digits_first_decides_as_the_regex_alone(raw: bytes) -> None:
+    assert plainly_storable(raw) == _plainly_storable_by_regex(raw)
+
+
+def test_counting_digits_first_decides_as_the_regex_alone_on_random_bodies() -> None:
+    rng = random.Random(18)
+    for _ in range(3000):
+        raw = bytes(rng.choice(b'0123456789 ,:{}"ab') for _ in range(rng.randrange(0, 80)))
+        assert plainly_storable(raw) == _plainly_storable_by_regex(raw), raw
