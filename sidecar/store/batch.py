@@ -222,7 +222,7 @@ def changes(batch: Batch) -> list[tuple[str, list[tuple[Any, ...]]]]:
     that have rows are listed (each step is tested first: a checkpoint batch writes two
     of the seventeen, and building the other fifteen empty lists showed up in the writer
     thread's time per batch)."""
-    steps = _removals(batch) if batch.probed_at is not None or batch.deleted_tasks else []
+    steps = _removals(batch)
     add = steps.append
     dirty = batch.dirty_tasks
     if dirty:
