@@ -102,6 +102,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The sidecar's start-up builds what it keeps until it exits: its older garbage
         # generations are not collected meanwhile (the server restores that when ready).
         startup.begin()
+    try:
+        return _run(words)
+    finally:
+        # A serve refused (bad flags, --help) or stopped before it was ready: the
+        # collector as it was (a no-op once ready, and for every other verb).
+        startup.abandoned()
+
+
+def _run(words: list[str]) -> int:
     if words[:2] == ["effects", "resolve"]:
         # `effects TASK` keeps its positional; `effects resolve ...` is a verb of its own
         # (a task named "resolve": `sidecar effects -- resolve`).

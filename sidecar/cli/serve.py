@@ -9,7 +9,7 @@ from typing import Any
 
 from sidecar.cli.options import add_store_options, settings
 from sidecar.config import DEFAULT_CONTROL_LISTEN, DEFAULT_PG_LISTEN, DEFAULT_PROXY_LISTEN
-from sidecar.runtime import logs, startup
+from sidecar.runtime import logs
 
 
 def register(verbs: Any) -> None:
@@ -144,8 +144,5 @@ def run(args: argparse.Namespace) -> int:
     # The whole sidecar, imported only when it runs: other verbs start faster.
     from sidecar.serve import server  # noqa: PLC0415
 
-    try:
-        asyncio.run(server.serve(chosen))
-    finally:
-        startup.abandoned()  # when it stopped before it was ready
+    asyncio.run(server.serve(chosen))
     return 0

@@ -56,3 +56,15 @@ def test_a_disabled_collector_stays_as_it_is() -> None:
     startup.started()
     assert not gc.isenabled()
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("argv", [["serve", "--no-such-flag"], ["serve", "--help"]])
+def test_a_serve_refused_before_it_started_leaves_the_collector_as_it_was(argv) -> None:
+    from sidecar import cli  # noqa: PLC0415
+
+    before = gc.get_threshold()
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert gc.get_threshold() == before
+    startup.begin()  # and the next start-up still gets its collector
+    assert gc.get_threshold()[1] == startup._NOT_DURING_START_UP
