@@ -230,11 +230,15 @@ async def test_a_writer_call_cancelled_before_it_starts_does_not_run():
 def test_stopping_the_writer_thread_runs_what_was_queued_first():
     thread = OneThread("test-writer")
     ran: list[int] = []
+    loop_closed = threading.Event()
 
     async def queue_then_stop() -> list[asyncio.Future[object]]:
-        return [thread.call(ran.append, n) for n in range(5)]
+        # The first call holds the thread until the loop is closed, so that none of the
+        # calls can be answered while it is open (else which are is up to the scheduler).
+        return [thread.call(loop_closed.wait), *(thread.call(ran.append, n) for n in range(5))]
 
-    futures = asyncio.run(queue_then_stop())  # the loop is closed before they are answered
+    futures = asyncio.run(queue_then_stop())
+    loop_closed.set()
     thread.stop()
     assert ran == [0, 1, 2, 3, 4]
     assert not thread._thread.is_alive()
