@@ -115,9 +115,7 @@ class HttpCodec:
         return None
 
     def diverges(self, effect: Effect, described: Described, request: AgentRequest) -> bool:
-        if effect.fingerprint == described.fingerprint:
-            return False
-        return not same_payload(effect.fingerprint, request.facts)  # in its own version
+        return not same_payload(effect.fingerprint, request.facts, described.fingerprint)
 
     def classify(self, rule: Rule, reply: Reply) -> EffectState:
         if rule.effect is EffectKind.CACHE:

@@ -134,13 +134,15 @@ def fingerprint(facts: HttpRequestFacts) -> str:
     return FINGERPRINT_V2 + _digest(facts, *_canonical_body_v2(facts))
 
 
-def same_payload(recorded: str, facts: HttpRequestFacts) -> bool:
-    """Whether ``facts`` has the payload a fingerprint was recorded for, in the version
-    it was recorded in: an effect recorded by an older sidecar is not a divergent
-    replay only because the fingerprint's canonical form changed since."""
-    if recorded.startswith(FINGERPRINT_V1):
-        return recorded == FINGERPRINT_V1 + _digest(facts, canonical_body(facts))
-    return recorded == fingerprint(facts)
+def same_payload(recorded: str, facts: HttpRequestFacts, current: str) -> bool:
+    """Whether ``facts`` (whose :func:`fingerprint` is ``current``) has the payload a
+    fingerprint was recorded for, in the version it was recorded in: an effect recorded
+    by an older sidecar is not a divergent replay only because the fingerprint's
+    canonical form changed since (that version's is computed only for such an effect)."""
+    if recorded == current:
+        return True
+    v1 = recorded.startswith(FINGERPRINT_V1)
+    return v1 and recorded == FINGERPRINT_V1 + _digest(facts, canonical_body(facts))
 
 
 def _digest(facts: HttpRequestFacts, *body: bytes) -> str:
