@@ -9,7 +9,7 @@ the same for both.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -162,10 +162,17 @@ class Batch:
         last_checkpoints: Sequence[rows.Row],
         effects: Sequence[rows.Row],
         task_rows: Sequence[rows.Row] = (),
+        *,
+        known_tasks: Mapping[str, TaskState | None] | None = None,
     ) -> Batch:
-        """A batch over the rows the load statements returned (absent rows are None)."""
+        """A batch over the rows the load statements returned (absent rows are None),
+        and over ``known_tasks``: task states the store knew without reading them."""
+        states: dict[str, TaskState | None] = dict(known_tasks) if known_tasks else {}
+        for r in tasks:
+            state = rows.task_state(r)
+            states[state.task] = state
         return cls(
-            tasks={(s := rows.task_state(r)).task: s for r in tasks},
+            tasks=states,
             last_checkpoints={(c := rows.checkpoint(r)).task: c for r in last_checkpoints},
             effects={((e := rows.effect(r)).task, e.key): e for r in effects},
             task_counts={

@@ -35,6 +35,10 @@ _MICROSECOND = timedelta(microseconds=1)
 # One encoder for every row: json.dumps(separators=...) would build a new one per call,
 # which showed up as the largest cost of a checkpoint write after the fsync.
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode
+# A stored state by its value: EffectState(value) goes through Enum's Python-level
+# __call__, several times the cost of this lookup, for every effect loaded (the
+# table's CHECK constraint admits only these values).
+_EFFECT_STATES = {state.value: state for state in EffectState}
 
 
 def _from_json(text: str) -> Any:
@@ -217,7 +221,7 @@ def effect(row: Row) -> Effect:
     return Effect(
         task=task,
         key=key,
-        state=EffectState(state),
+        state=_EFFECT_STATES[state],
         kind=kind,
         rule=rule,
         origin_attempt_id=origin,

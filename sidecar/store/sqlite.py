@@ -227,8 +227,12 @@ class SQLiteStore(SQLReads, GroupCommitStore):
 
     # ---- writes ------------------------------------------------------------------
 
-    async def _commit(self, works: list[Work]) -> list[Any]:
-        return await self._on_writer(self._writer.commit, works, self._context)
+    def _commit(self, works: list[Work]) -> asyncio.Future[list[Any]]:
+        # The writer thread's future itself, which the group commit awaits: no coroutine
+        # in between, on the path of every batch.
+        if self._writer_thread is None:
+            raise StoreUnavailable(self._closed)
+        return self._writer_thread.call(self._writer.commit, works, self._context)
 
     # ---- reads -------------------------------------------------------------------
 

@@ -17,14 +17,72 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sidecar.domain.model import TaskState
 from sidecar.errors import ConfigError, StoreUnavailable, UnstorableValue
 from sidecar.store import sqlfiles
-from sidecar.store.batch import Batch, Work, changes, decide, wanted
+from sidecar.store.batch import Batch, Wanted, Work, changes, decide, wanted
 from sidecar.store.commands import Context
 
 log = logging.getLogger(__name__)
 
 Q = sqlfiles.named_statements("sqlite")
+
+#: how many task states :class:`KnownTasks` keeps at most (the oldest kept go first).
+KNOWN_TASKS = 4096
+
+
+class KnownTasks:
+    """The task states (lease included) this connection read and then left unchanged, so
+    that the next batch need not read them again.  A task's effects do not change its row,
+    yet every batch re-read it to fence them: the costliest load of an effect's commit.
+
+    Only what loading would return is kept: a state read from the store (or its absence),
+    and only while the batch that read it did not change it (a changed task is read
+    again, so nothing is ever rebuilt from what was written).  It holds only while no
+    other connection has committed: ``PRAGMA data_version``, read under the write lock,
+    says whether one did (another sidecar on the same file, a repair), and then every
+    kept state is dropped.  A batch that fails drops them all too."""
+
+    def __init__(self, limit: int = KNOWN_TASKS) -> None:
+        self._limit = limit
+        self._states: dict[str, TaskState | None] = {}
+        self._version: int | None = None
+
+    def check(self, db: sqlite3.Connection) -> None:
+        """Forget every state if another connection committed since the last check (call
+        it inside the transaction, once it holds the write lock)."""
+        (version,) = db.execute("PRAGMA data_version").fetchone()
+        if version != self._version:
+            self._states.clear()
+            self._version = version
+
+    def split(self, tasks: Iterable[str]) -> tuple[dict[str, TaskState | None], list[str]]:
+        """The kept states of ``tasks``, and those of them to read."""
+        states = self._states
+        known: dict[str, TaskState | None] = {}
+        missing: list[str] = []
+        for task in tasks:
+            if task in states:
+                known[task] = states[task]
+            else:
+                missing.append(task)
+        return known, missing
+
+    def keep(self, batch: Batch, tasks: Iterable[str]) -> None:
+        """After ``batch`` committed: keep the states of ``tasks`` it read and did not
+        change, forget those it changed or deleted."""
+        states = self._states
+        changed = batch.dirty_tasks.keys() | batch.deleted_tasks
+        for task in tasks:
+            if task in changed:
+                states.pop(task, None)
+            else:
+                states[task] = batch.tasks.get(task)
+        while len(states) > self._limit:
+            del states[next(iter(states))]
+
+    def clear(self) -> None:
+        self._states.clear()
 
 
 class Writer:
@@ -34,6 +92,7 @@ class Writer:
         self.path = path
         self._pragmas = pragmas
         self._db: sqlite3.Connection | None = None
+        self._known = KnownTasks()
 
     @property
     def marker(self) -> Path:
@@ -101,15 +160,19 @@ class Writer:
                 # waited for: a claim stamped earlier than the release it waited behind
                 # would be recorded before it, and its lease would start in the past.
                 ctx = context()
-                batch = _load(db, works)
+                self._known.check(db)
+                want = wanted(works)
+                batch = _load(db, want, self._known)
                 outcomes = decide(works, batch, ctx)
                 for name, params in changes(batch):
                     db.executemany(Q[name], params)
                 db.execute("COMMIT")
             except BaseException:
+                self._known.clear()
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+            self._known.keep(batch, want.tasks)
         except sqlite3.IntegrityError:
             raise  # a broken invariant is a bug, not an outage
         except (OverflowError, UnicodeError) as exc:
@@ -154,15 +217,16 @@ def json_string_pairs(pairs: Iterable[tuple[str, str]]) -> str:
     return "[" + ", ".join([f"[{_quote(a)}, {_quote(b)}]" for a, b in pairs]) + "]"
 
 
-def _load(db: sqlite3.Connection, works: Sequence[Work]) -> Batch:
-    """Read every row the batch's commands will look at, in four queries at most."""
-    want = wanted(works)
+def _load(db: sqlite3.Connection, want: Wanted, known_tasks: KnownTasks) -> Batch:
+    """Read every row the batch's commands will look at that is not known already, in
+    four queries at most."""
+    known, missing = known_tasks.split(want.tasks)
 
     def rows_of(name: str, keys: str) -> list[Any]:
         return list(db.execute(Q[name], (keys,)))
 
     return Batch.loaded(
-        rows_of("load_tasks", json_strings(want.tasks)) if want.tasks else [],
+        rows_of("load_tasks", json_strings(missing)) if missing else [],
         (
             rows_of("load_last_checkpoints", json_strings(want.last_checkpoints))
             if want.last_checkpoints
@@ -170,6 +234,7 @@ def _load(db: sqlite3.Connection, works: Sequence[Work]) -> Batch:
         ),
         rows_of("load_effects", json_string_pairs(want.effects)) if want.effects else [],
         rows_of("load_task_rows", json_strings(want.task_rows)) if want.task_rows else [],
+        known_tasks=known,
     )
 
 

@@ -82,7 +82,9 @@ CREATE TABLE effects (
 ) STRICT;
 
 CREATE INDEX effects_by_task_time ON effects (task, created_at, key);
-CREATE INDEX effects_by_state_time ON effects (state, created_at);
+-- The effects that wait for a human (0006): only these, so that an effect's commits
+-- do not write this index's pages too.
+CREATE INDEX effects_unknown ON effects (task) WHERE state = 'unknown';
 
 CREATE TABLE effect_events (
     id          INTEGER PRIMARY KEY,

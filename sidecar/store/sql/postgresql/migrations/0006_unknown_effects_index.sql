@@ -1,0 +1,4 @@
+-- 0006: no change on PostgreSQL; the file keeps both dialects at the same schema version.
+-- SQLite replaced effects_by_state_time with an index of the unknown effects only (see its
+-- 0006).  PostgreSQL plans each listing with its parameters' values, so it does use
+-- effects_by_state_time to list effects across tasks by any state, and keeps it.
