@@ -323,18 +323,19 @@ class Statements:
             return True
         await self.mirror.run_again(binding, key, logged)
         failpoints.reach("sql.before_statement", match.rule.name)
-        log.info("statement forwarded", extra=_forwarded(binding, key, match.rule.name))
+        _log_forwarded(binding, key, match.rule.name)
         answers = await wire.run()
         done = Done(binding, key, match.rule.name, records.command_tag(answers))
-        relayed = b"".join(a.raw for a in answers if a.kind != b"Z")
-        if any(a.kind == b"E" for a in answers):
+        # (List comprehensions, not generators: run inline, with no frame per answer.)
+        relayed = b"".join([a.raw for a in answers if a.kind != b"Z"])
+        if b"E" in [a.kind for a in answers]:
             wire.answer(relayed)
             self._failed(done, answers)
             return None
         failpoints.reach("sql.after_statement", match.rule.name)
         # (An Execute's answer has no RowDescription: Describe gave it to the agent.)
-        description = b"".join(a.raw for a in answers if a.kind == b"T")
-        rows = b"".join(a.raw for a in answers if a.kind == b"D")
+        description = b"".join([a.raw for a in answers if a.kind == b"T"])
+        rows = b"".join([a.raw for a in answers if a.kind == b"D"])
         values = records.complete_values(binding.task, key, done.tag, description, rows)
         await wire.complete(records.request(records.COMPLETE, values, sync=wire.simple))
         wire.answer(relayed)
@@ -380,7 +381,7 @@ class Statements:
             return messages.command_complete(tag or ""), True
         await self.mirror.run_again(binding, key, state)
         failpoints.reach("sql.before_statement", match.rule.name)
-        log.info("statement forwarded", extra=_forwarded(binding, key, match.rule.name))
+        _log_forwarded(binding, key, match.rule.name)
         answers = await run_it()
         done = Done(binding, key, match.rule.name, records.command_tag(answers))
         succeeded = not any(a.kind == b"E" for a in answers)
@@ -638,6 +639,11 @@ def _kinds_needed(rules: RuleSet) -> frozenset[str] | None:
     return frozenset(kinds)
 
 
-def _forwarded(binding: Binding, key: str, rule: str) -> dict[str, object]:
-    """The fields of the one log line per statement sent (``sidecar matrix`` counts them)."""
-    return {"task": binding.task, "attempt_id": binding.attempt_id, "rule": rule, "effect_key": key}
+def _log_forwarded(binding: Binding, key: str, rule: str) -> None:
+    """The one log line per statement sent (``sidecar matrix`` counts them).  Its fields
+    are gathered only when it will be written: per recorded statement, that is a dict
+    and a logger call for nothing at the usual levels."""
+    if log.isEnabledFor(logging.INFO):
+        extra = {"task": binding.task, "attempt_id": binding.attempt_id, "rule": rule,
+                 "effect_key": key}  # fmt: skip
+        log.info("statement forwarded", extra=extra)

@@ -56,6 +56,13 @@ class Done:
     tag: str = ""
 
 
+async def _after(previous: asyncio.Task[None], write: Coroutine[Any, Any, None]) -> None:
+    """``write``, once the previous write of its key is made (it is not cancelled if
+    this one is)."""
+    await asyncio.wait({previous})
+    await write
+
+
 class Mirrors:
     """Every live connection's :class:`LogMirror`, to wait for their background writes."""
 
@@ -209,13 +216,10 @@ class LogMirror:
 
     def _start(self, key: str, write: Coroutine[Any, Any, None]) -> None:
         previous = self._behind.get(key)
-
-        async def in_turn() -> None:
-            if previous is not None:
-                await asyncio.wait({previous})
-            await write
-
-        task = spawn(in_turn(), name=f"pg-mirror:{key}")
+        # Nearly always nothing of the key is behind: the write is the task itself.
+        task = spawn(
+            write if previous is None else _after(previous, write), name=f"pg-mirror:{key}"
+        )
         self._behind[key] = task
         task.add_done_callback(lambda done: self._forget(key, done))
 

@@ -14,6 +14,7 @@ messages, where a Sync would end the agent's implicit transaction).
 from __future__ import annotations
 
 import itertools
+import struct
 from dataclasses import dataclass
 
 from sidecar.domain.model import RecordedResponse
@@ -54,6 +55,8 @@ REFUSED = (
 )
 UNDEFINED_TABLE = "42P01"
 _names = itertools.count(1)
+_INT16 = struct.Struct("!h")
+_INT32 = struct.Struct("!i")
 
 
 class Skipped(Exception):
@@ -85,15 +88,25 @@ class Recalled:
 
 
 def request(sql: str, values: list[str], *, sync: bool) -> list[bytes]:
-    name = f"__effect_sidecar_{next(_names)}"
+    """Parse, Bind (text parameters, text results), Execute, Close both, then Sync or
+    Flush - the bytes :mod:`.messages` would build, put together in one go: two of
+    these go out per recorded statement."""
+    name = b"__effect_sidecar_%d\0" % next(_names)
+    encoded = [v.encode() for v in values]
+    parameters = b"".join([_INT32.pack(len(v)) + v for v in encoded])
+    bind = name + name + b"\0\0" + _INT16.pack(len(encoded)) + parameters + b"\0\0"
     return [
-        messages.parse_message(name, sql),
-        messages.bind_message(name, name, [v.encode() for v in values]),
-        messages.execute_message(name),
-        messages.close_message("P", name),
-        messages.close_message("S", name),
+        _message(b"P", name + sql.encode() + b"\0\0\0"),
+        _message(b"B", bind),
+        _message(b"E", name + b"\0\0\0\0"),
+        _message(b"C", b"P" + name),
+        _message(b"C", b"S" + name),
         messages.SYNC if sync else messages.FLUSH,
     ]
+
+
+def _message(kind: bytes, body: bytes) -> bytes:
+    return kind + _INT32.pack(len(body) + 4) + body
 
 
 def record_values(task: str, key: str, attempt_id: str, generation: int, text: str) -> list[str]:
@@ -106,7 +119,7 @@ def complete_values(task: str, key: str, tag: str, description: bytes, rows: byt
 
 def is_new(answers: list[Message]) -> bool:
     """Whether RECORD inserted its row (the statement must run) - after raise_on_error."""
-    return any(a.kind == b"D" for a in answers)
+    return b"D" in [a.kind for a in answers]
 
 
 def schema_exists(answers: list[Message]) -> bool:
@@ -128,11 +141,17 @@ def lost_table(answers: list[Message]) -> bool:
 
 
 def raise_on_error(answers: list[Message], what: str) -> None:
-    if any(a.kind == SKIPPED for a in answers):
-        raise Skipped(what)
+    """Skipped if the server skipped the request (wherever that shows), else Refused
+    with the first error - looked for in one pass: three go by per recorded statement."""
+    failed: Message | None = None
     for answer in answers:
-        if answer.kind == b"E":
-            raise Refused("ES500", f"effect-sidecar: {what}: {error_text([answer])}")
+        kind = answer.kind
+        if kind == SKIPPED:
+            raise Skipped(what)
+        if kind == b"E" and failed is None:
+            failed = answer
+    if failed is not None:
+        raise Refused("ES500", f"effect-sidecar: {what}: {error_text([failed])}")
 
 
 def error_text(answers: list[Message]) -> str:

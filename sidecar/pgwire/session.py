@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -95,6 +96,44 @@ class Engine(Protocol):
         ...
 
 
+class _Answers:
+    """Answers to the sidecar's own requests, handed over a batch at a time: a batch ends
+    with the last answer owed (or with the server gone, or skipping them).
+
+    One wake-up per batch: a queue of messages would wake the engine's task for each one
+    (nine answers to a BEGIN and a record's insert)."""
+
+    __slots__ = ("_batches", "_current", "_waiter")
+
+    def __init__(self) -> None:
+        self._current: list[Message] = []
+        self._batches: deque[list[Message]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def add(self, m: Message, last: bool) -> None:
+        """One answer; ``last``: it was the last one owed."""
+        self.extend([m], last)
+
+    def extend(self, answers: list[Message], last: bool) -> None:
+        """Answers, in the order they came; ``last``: the last of them was the last owed."""
+        self._current += answers
+        if last:
+            self._batches.append(self._current)
+            self._current = []
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
+
+    async def batch(self) -> list[Message]:
+        """The oldest whole batch of answers, once it is in."""
+        while not self._batches:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._batches.popleft()
+
+
 @dataclass
 class Conversation:
     """The two halves of one connection, as the engine sees them."""
@@ -102,8 +141,8 @@ class Conversation:
     client: asyncio.StreamWriter
     server: asyncio.StreamWriter
     tracker: Tracker
-    # Answers to the sidecar's own requests, each with "was that the last one owed".
-    ours: asyncio.Queue[tuple[Message, bool]] = field(default_factory=asyncio.Queue)
+    # Answers to the sidecar's own requests.
+    ours: _Answers = field(default_factory=_Answers)
     became_idle: asyncio.Event = field(default_factory=asyncio.Event)
     # Told at every ReadyForQuery: the status, and whether a transaction just committed.
     on_ready: Callable[[str, bool], None] | None = None
@@ -125,10 +164,7 @@ class Conversation:
         """Send requests of the sidecar's own without waiting: whether any will be
         answered (collect the answers with :meth:`answers` before anything else is sent,
         so that the caller can wait for something else meanwhile)."""
-        answerable = False
-        for raw in parts:
-            self.tracker.sent(raw[:1], ours=True)
-            answerable = answerable or raw[:1] != b"H"
+        answerable = self.tracker.sent_ours(parts)
         # One write, so one send: a request is several messages (Parse, Bind, Execute,
         # Close, Sync), and every send wakes the server.
         self.server.write(b"".join(parts))
@@ -137,13 +173,11 @@ class Conversation:
     async def answers(self, answerable: bool) -> list[Message]:
         """The answers to what :meth:`send` sent."""
         await self.server.drain()
-        answers: list[Message] = []
-        while answerable:
-            m, last = await self.ours.get()
-            if not m.kind:
-                raise ConnectionError("the PostgreSQL server closed the connection")
-            answers.append(m)
-            answerable = not last
+        if not answerable:
+            return []
+        answers = await self.ours.batch()
+        if not answers[-1].kind:  # the server went away (it ends a batch)
+            raise ConnectionError("the PostgreSQL server closed the connection")
         return answers
 
 
@@ -250,7 +284,7 @@ class _Side(asyncio.Protocol):
         reader.feed_eof()  # it is fed nothing more: at its end, it gives up what it holds
         self._first(await reader.read())
         if gone:
-            self.connection_lost(None)
+            _Side.connection_lost(self, None)  # gone before: never held back (see _ClientSide)
         elif not transport.is_reading() and self._may_read():
             transport.resume_reading()  # the reader had paused it, full
 
@@ -355,7 +389,7 @@ class _ServerSide(_Side):
 
     def _end(self, error: Exception | None) -> None:
         if not self.ended.done():
-            self._conversation.ours.put_nowait((Message(b"", b"", b""), True))  # server gone
+            self._conversation.ours.add(Message(b"", b"", b""), True)  # server gone
         super()._end(error)
 
 
@@ -378,25 +412,36 @@ def _follow(chunk: bytes, starts: list[int], conversation: Conversation, since: 
 def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since: _Since) -> bytes:
     """Hand the answers to the sidecar's own requests to it; what is the agent's, to relay."""
     tracker = conversation.tracker
+    ours = conversation.ours
     relay = bytearray()
+    mine: list[Message] = []  # the sidecar's, handed over together (not one by one)
     for at, end in spans(chunk, starts):
-        m = Message(chunk[at : at + 1], None, chunk[at:end])
-        kind = m.kind
+        kind = chunk[at : at + 1]
         owed_before = tracker.ours_owed
+        status = "I"
         if kind == b"E":
             since.errored = True
         elif kind == b"C":
-            since.rolled_back = m.raw[5:14] == b"ROLLBACK\0"
-        pending = tracker.received(m)
+            since.rolled_back = chunk[at + 5 : at + 14] == b"ROLLBACK\0"
+        elif kind == b"Z":
+            status = ready_status(chunk, at) or "I"
+        pending = tracker.answered(kind, status)
         if pending is not None and pending.ours:
-            conversation.ours.put_nowait((m, tracker.ours_owed == 0))
+            mine.append(Message(kind, None, chunk[at:end]))
+            if not tracker.ours_owed:
+                ours.extend(mine, True)
+                mine = []
         else:
-            relay += m.raw
+            relay += chunk[at:end]
             if owed_before and not tracker.ours_owed:
                 # The agent's error made the server skip the sidecar's requests too.
-                conversation.ours.put_nowait((Message(SKIPPED, b"", b""), True))
+                mine.append(Message(SKIPPED, b"", b""))
+                ours.extend(mine, True)
+                mine = []
         if kind == b"Z":
             _ready(conversation, since)
+    if mine:
+        ours.extend(mine, False)
     return bytes(relay)
 
 
@@ -438,6 +483,10 @@ class _ClientSide(_Side):
         self._portals: dict[str, Portal] = {}
         self._busy = False  # the engine runs a statement: the agent is not read
         self._running: asyncio.Task[None] | None = None  # that statement's task
+        # The agent's end (EOF, or what broke the connection) come while the engine ran:
+        # seen once it is done, as if the agent had not been read meanwhile.
+        self._held_end: tuple[Exception | None] | None = None
+        self._held_eof = False
 
     @classmethod
     async def attach(cls, link: Link, conversation: Conversation, engine: Engine) -> _ClientSide:
@@ -458,8 +507,25 @@ class _ClientSide(_Side):
     def data_received(self, data: bytes) -> None:
         if self._busy and not self.ended.done():
             self._frontend.hold(data)  # framed once the engine is done
+            # Read no further until then.  Paused only now, not when the engine starts:
+            # most agents wait for the answer, and a pause and a resume are two system
+            # calls (epoll_ctl) per statement.
+            self._transport.pause_reading()
             return
         super().data_received(data)
+
+    def eof_received(self) -> bool:
+        if self._busy and not self.ended.done():
+            self._held_eof = True
+            return True  # open (not read) until the engine is done: then closed
+        return super().eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._busy and not self.ended.done():
+            self._streams.connection_lost(exc)  # a drain() fails now, as it would have
+            self._held_end = (exc,)
+            return
+        super().connection_lost(exc)
 
     def stop(self) -> None:
         """The session is over: stop the engine's statement if one runs."""
@@ -493,8 +559,7 @@ class _ClientSide(_Side):
             if at:
                 server.write(chunk[:at])
             self._frontend.unread(chunk[end:])  # framed again once the engine is done
-            self._busy = True
-            self._transport.pause_reading()
+            self._busy = True  # (reading is paused only if the agent says more meanwhile)
             self._running = spawn(self._run(handler), name="pg-statement")
             return
         if chunk:
@@ -526,6 +591,16 @@ class _ClientSide(_Side):
         if not self._throttled:
             self._transport.resume_reading()
         self.data_received(b"")
+        if not self._busy:
+            self._end_held()
+
+    def _end_held(self) -> None:
+        """The agent's end that came while the engine ran, now that it is done."""
+        if self._held_end is not None:
+            self._end(self._held_end[0])
+        elif self._held_eof:
+            self._end(None)
+            self._transport.close()  # as the transport does after an EOF
 
 
 def _keep_names(

@@ -57,6 +57,20 @@ class Tracker:
             self.queue.append(Pending(kind, ours, kind in b"PBDECS"))
             self.ours_owed += ours
 
+    def sent_ours(self, parts: tuple[bytes, ...]) -> bool:
+        """:meth:`sent` for requests of the sidecar's own (whole messages, in the order
+        sent): whether any of them will be answered (all but a Flush are)."""
+        answerable = False
+        for raw in parts:
+            kind = raw[:1]
+            if kind in _TERMINAL:
+                self.queue.append(Pending(kind, True, kind in b"PBDECS"))
+                self.ours_owed += 1
+                answerable = True
+            elif kind != b"H":
+                answerable = True
+        return answerable
+
     def _pop(self) -> Pending:
         done = self.queue.popleft()
         self.ours_owed -= done.ours
@@ -90,5 +104,7 @@ class Tracker:
         if kind == b"Z":
             self.status = status
         if kind in _TERMINAL[head.kind]:
-            self._pop()
+            # (_pop, inlined: every message the server sends comes through here.)
+            self.queue.popleft()
+            self.ours_owed -= head.ours
         return head

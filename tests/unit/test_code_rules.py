@@ -71,7 +71,6 @@ ALLOW_LIST: dict[str, str] = {
     "sidecar.matrix.run": f"the matrix runner, {PROCESS} (tests/acceptance/matrix)",
     "sidecar.matrix.stack": f"the matrix's processes, {PROCESS} (tests/acceptance/matrix)",
     "sidecar.pgwire.ordinals": "n-th run keys; unit/pgwire/test_exactly_once.py repeats statements",
-    "sidecar.pgwire.records": "the record's SQL; unit/pgwire/test_exactly_once.py reads its table",
     "sidecar.runtime.problems": "problem texts of the proxy and the control API, through both",
     "sidecar.proxy.addons.router": f"mitmproxy routing addon, {PROCESS} (tests/acceptance/proxy)",
     "sidecar.review.charts": "the report's charts; unit/control/test_review_report_route.py",

@@ -1,0 +1,245 @@
+"""The per-statement paths made cheap keep doing what they did: the sidecar's own requests
+built in one go, their answers handed over a batch at a time, the error looked for in one
+pass, the password first look, and the agent's side read on while the engine runs a
+statement (paused only if the agent says more; its end seen once the engine is done)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any, cast
+
+import pytest
+
+from sidecar.pgwire import messages, records, redaction
+from sidecar.pgwire.codec import FrontendReader, Message
+from sidecar.pgwire.records import Refused, Skipped
+from sidecar.pgwire.session import SKIPPED, Conversation, Portal, _ClientSide
+from sidecar.pgwire.tracker import Tracker
+
+
+def _built_by_messages(sql: str, values: list[str], *, sync: bool, number: int) -> list[bytes]:
+    name = f"__effect_sidecar_{number}"
+    return [
+        messages.parse_message(name, sql),
+        messages.bind_message(name, name, [v.encode() for v in values]),
+        messages.execute_message(name),
+        messages.close_message("P", name),
+        messages.close_message("S", name),
+        messages.SYNC if sync else messages.FLUSH,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sql", "values", "sync"),
+    [
+        (records.RECORD, ["task", "sql:0123", "attempt", "7", "INSERT INTO t VALUES ('é')"], True),
+        (records.COMPLETE, ["task", "key", "INSERT 0 1", "\\x", "\\x0102"], False),
+        (records.REFUSED, [], False),
+    ],
+)
+def test_a_request_is_the_bytes_the_message_builders_make(
+    monkeypatch: pytest.MonkeyPatch, sql: str, values: list[str], sync: bool
+) -> None:
+    monkeypatch.setattr(records, "_names", itertools.count(41))
+    built = records.request(sql, values, sync=sync)
+    assert built == _built_by_messages(sql, values, sync=sync, number=41)
+
+
+def _m(kind: bytes, raw: bytes = b"") -> Message:
+    return Message(kind, b"", raw)
+
+
+def test_a_skipped_request_is_skipped_wherever_the_skip_shows() -> None:
+    failed = Message(b"E", None, messages.error_response("42P01", "no table"))
+    with pytest.raises(Skipped):
+        records.raise_on_error([failed, _m(SKIPPED)], "what")
+
+
+def test_the_first_error_is_the_refusal() -> None:
+    first = Message(b"E", None, messages.error_response("42P01", "first"))
+    second = Message(b"E", None, messages.error_response("23505", "second"))
+    with pytest.raises(Refused, match="42P01 first"):
+        records.raise_on_error([_m(b"1"), first, second], "what")
+    records.raise_on_error([_m(b"1"), _m(b"C"), _m(b"Z")], "what")  # no error: nothing
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO t VALUES (1)",
+        "ALTER ROLE app PASSWORD 'x'",
+        "alter role app PassWord 'x'",
+        "CREATE SUBSCRIPTION s CONNECTION 'host=h' PUBLICATION p",
+        "ALTER ROLE app PA\u017f\u017fWORD 'x'",  # long s: Unicode case rules make it an s
+        "SELECT 'é'",
+        "SELECT 'conneCTIONé'",
+    ],
+)
+def test_the_password_first_look_agrees_with_the_regex(sql: str) -> None:
+    assert redaction._may_hold_password(sql) == bool(redaction._MAYBE.search(sql))
+
+
+def test_sent_ours_queues_as_sent_does() -> None:
+    parts = records.request(records.RECORD, ["t", "k", "a", "1", "x"], sync=False)
+    one, many = Tracker(), Tracker()
+    for raw in parts:
+        one.sent(raw[:1], ours=True)
+    assert many.sent_ours(tuple(parts))
+    assert list(many.queue) == list(one.queue)
+    assert many.ours_owed == one.ours_owed
+    assert not Tracker().sent_ours((messages.FLUSH,))  # a Flush alone is never answered
+
+
+class _Writer:
+    """A StreamWriter as the session uses it: written to, drained."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.transport = self
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    async def drain(self) -> None:
+        return None
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def test_answers_come_a_batch_at_a_time() -> None:
+    conversation = Conversation(cast(Any, _Writer()), cast(Any, _Writer()), Tracker())
+    conversation.ours.add(_m(b"1"), False)
+    conversation.ours.add(_m(b"Z"), True)
+    conversation.ours.add(_m(b"C"), False)  # the next batch, not whole yet
+    assert [a.kind for a in await conversation.answers(True)] == [b"1", b"Z"]
+    waiting = asyncio.ensure_future(conversation.answers(True))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    conversation.ours.add(_m(b"Z"), True)
+    assert [a.kind for a in await waiting] == [b"C", b"Z"]
+    assert await conversation.answers(False) == []
+
+
+async def test_the_server_gone_ends_a_batch_with_an_error() -> None:
+    conversation = Conversation(cast(Any, _Writer()), cast(Any, _Writer()), Tracker())
+    conversation.ours.add(_m(b"1"), False)
+    conversation.ours.add(Message(b"", b"", b""), True)
+    with pytest.raises(ConnectionError):
+        await conversation.answers(True)
+
+
+class _Transport:
+    """The agent's side of the connection as the client side drives it."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.pauses = 0
+        self.closed = False
+
+    def get_protocol(self) -> _Transport:
+        return self
+
+    def pause_reading(self) -> None:
+        self.paused = True
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def is_reading(self) -> bool:
+        return not self.paused
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        return None
+
+
+class _Engine:
+    """Guards every query; runs one until told to go on."""
+
+    def __init__(self) -> None:
+        self.go_on = asyncio.Event()
+        self.ran: list[str] = []
+
+    def might_guard(self, sql: bytes) -> bool:
+        return True
+
+    def guards(self, sql: str) -> bool:
+        return True
+
+    async def simple(self, conversation: Conversation, sql: str, raw: bytes) -> None:
+        self.ran.append(sql)
+        await self.go_on.wait()
+
+    async def execute(self, conversation: Conversation, portal: Portal, raw: bytes) -> None:
+        raise AssertionError("no extended protocol here")
+
+    def ready(self, status: str, committed: bool) -> None:
+        return None
+
+    def closed(self) -> None:
+        return None
+
+
+def _client_side() -> tuple[_ClientSide, _Transport, _Engine]:
+    transport, engine = _Transport(), _Engine()
+    conversation = Conversation(cast(Any, _Writer()), cast(Any, _Writer()), Tracker())
+    frontend = FrontendReader()
+    frontend.authenticated()
+    side = _ClientSide(cast(Any, transport), frontend, conversation, engine)
+    return side, transport, engine
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_the_agent_is_paused_only_if_it_says_more_while_a_statement_runs() -> None:
+    side, transport, engine = _client_side()
+    side.data_received(messages.query("INSERT 1"))
+    await _settle()
+    assert engine.ran == ["INSERT 1"]
+    assert transport.pauses == 0  # an agent waiting for its answer costs no pause
+    side.data_received(messages.query("INSERT 2"))
+    assert transport.paused  # read no further until the engine is done
+    assert engine.ran == ["INSERT 1"]
+    engine.go_on.set()
+    await _settle()
+    assert engine.ran == ["INSERT 1", "INSERT 2"]
+    side.stop()
+
+
+async def test_the_agent_leaving_mid_statement_is_seen_once_the_engine_is_done() -> None:
+    side, transport, engine = _client_side()
+    side.data_received(messages.query("INSERT 1"))
+    await _settle()
+    assert side.eof_received() is True  # kept open, not read
+    await _settle()
+    assert not side.ended.done()  # the statement is not cut short
+    engine.go_on.set()
+    await _settle()
+    assert side.ended.done()
+    assert side.ended.exception() is None
+    assert transport.closed
+
+
+async def test_a_connection_broken_mid_statement_ends_the_session_after_it() -> None:
+    side, _, engine = _client_side()
+    side.data_received(messages.query("INSERT 1"))
+    await _settle()
+    broken = ConnectionResetError("reset")
+    side.connection_lost(broken)
+    await _settle()
+    assert not side.ended.done()
+    engine.go_on.set()
+    await _settle()
+    assert side.ended.done()
+    assert side.ended.exception() is broken
