@@ -253,7 +253,7 @@ class BackendReader(_Reader):
 
 
 def message(kind: bytes, body: bytes) -> bytes:
-    return kind + struct.pack("!i", len(body) + 4) + body
+    return kind + _LENGTH.pack(len(body) + 4) + body
 
 
 def cstring(data: bytes, at: int = 0) -> tuple[str, int]:

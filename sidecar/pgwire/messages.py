@@ -190,25 +190,30 @@ def query(sql: str) -> bytes:
     return message(b"Q", sql.encode() + b"\0")
 
 
+# Packed once: the sidecar builds a record's request (five of these messages) twice per
+# recorded statement.
+_INT16 = struct.Struct("!h")
+_INT32 = struct.Struct("!i")
+_NULL = _INT32.pack(-1)
+
+
 def parse_message(name: str, sql: str) -> bytes:
-    return message(b"P", name.encode() + b"\0" + sql.encode() + b"\0" + struct.pack("!h", 0))
+    return message(b"P", name.encode() + b"\0" + sql.encode() + b"\0\0\0")  # no types given
 
 
 def bind_message(portal: str, statement: str, parameters: list[bytes | None]) -> bytes:
-    body = portal.encode() + b"\0" + statement.encode() + b"\0"
-    body += struct.pack("!h", 0)  # every parameter in text format
-    body += struct.pack("!h", len(parameters))
-    for value in parameters:
-        if value is None:
-            body += struct.pack("!i", -1)
-        else:
-            body += struct.pack("!i", len(value)) + value
-    body += struct.pack("!h", 0)  # results in text
+    values = b"".join(
+        [_NULL if value is None else _INT32.pack(len(value)) + value for value in parameters]
+    )
+    # Every parameter in text format (no format codes), and the results in text too.
+    body = b"%s\0%s\0\0\0%s%s\0\0" % (
+        portal.encode(), statement.encode(), _INT16.pack(len(parameters)), values
+    )  # fmt: skip
     return message(b"B", body)
 
 
 def execute_message(portal: str) -> bytes:
-    return message(b"E", portal.encode() + b"\0" + struct.pack("!i", 0))
+    return message(b"E", portal.encode() + b"\0\0\0\0\0")  # every row
 
 
 def close_message(target: str, name: str) -> bytes:

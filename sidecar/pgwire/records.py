@@ -14,7 +14,6 @@ messages, where a Sync would end the agent's implicit transaction).
 from __future__ import annotations
 
 import itertools
-import struct
 from dataclasses import dataclass
 
 from sidecar.domain.model import RecordedResponse
@@ -55,8 +54,6 @@ REFUSED = (
 )
 UNDEFINED_TABLE = "42P01"
 _names = itertools.count(1)
-_INT16 = struct.Struct("!h")
-_INT32 = struct.Struct("!i")
 
 
 class Skipped(Exception):
@@ -88,25 +85,15 @@ class Recalled:
 
 
 def request(sql: str, values: list[str], *, sync: bool) -> list[bytes]:
-    """Parse, Bind (text parameters, text results), Execute, Close both, then Sync or
-    Flush - the bytes :mod:`.messages` would build, put together in one go: two of
-    these go out per recorded statement."""
-    name = b"__effect_sidecar_%d\0" % next(_names)
-    encoded = [v.encode() for v in values]
-    parameters = b"".join([_INT32.pack(len(v)) + v for v in encoded])
-    bind = name + name + b"\0\0" + _INT16.pack(len(encoded)) + parameters + b"\0\0"
+    name = f"__effect_sidecar_{next(_names)}"
     return [
-        _message(b"P", name + sql.encode() + b"\0\0\0"),
-        _message(b"B", bind),
-        _message(b"E", name + b"\0\0\0\0"),
-        _message(b"C", b"P" + name),
-        _message(b"C", b"S" + name),
+        messages.parse_message(name, sql),
+        messages.bind_message(name, name, [v.encode() for v in values]),
+        messages.execute_message(name),
+        messages.close_message("P", name),
+        messages.close_message("S", name),
         messages.SYNC if sync else messages.FLUSH,
     ]
-
-
-def _message(kind: bytes, body: bytes) -> bytes:
-    return kind + _INT32.pack(len(body) + 4) + body
 
 
 def record_values(task: str, key: str, attempt_id: str, generation: int, text: str) -> list[str]:

@@ -63,12 +63,8 @@ class Tracker:
         answerable = False
         for raw in parts:
             kind = raw[:1]
-            if kind in _TERMINAL:
-                self.queue.append(Pending(kind, True, kind in b"PBDECS"))
-                self.ours_owed += 1
-                answerable = True
-            elif kind != b"H":
-                answerable = True
+            self.sent(kind, ours=True)
+            answerable = answerable or kind != b"H"
         return answerable
 
     def _pop(self) -> Pending:
@@ -104,7 +100,5 @@ class Tracker:
         if kind == b"Z":
             self.status = status
         if kind in _TERMINAL[head.kind]:
-            # (_pop, inlined: every message the server sends comes through here.)
-            self.queue.popleft()
-            self.ours_owed -= head.ours
+            self._pop()
         return head

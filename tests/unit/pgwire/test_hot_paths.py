@@ -18,32 +18,41 @@ from sidecar.pgwire.session import SKIPPED, Conversation, Portal, _ClientSide
 from sidecar.pgwire.tracker import Tracker
 
 
-def _built_by_messages(sql: str, values: list[str], *, sync: bool, number: int) -> list[bytes]:
-    name = f"__effect_sidecar_{number}"
-    return [
-        messages.parse_message(name, sql),
-        messages.bind_message(name, name, [v.encode() for v in values]),
-        messages.execute_message(name),
-        messages.close_message("P", name),
-        messages.close_message("S", name),
-        messages.SYNC if sync else messages.FLUSH,
+def _frame(kind: bytes, body: bytes) -> bytes:
+    """A protocol message as the PostgreSQL docs lay it out: type, Int32 length, body."""
+    return kind + (len(body) + 4).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_request_is_parse_bind_execute_and_both_closes_in_wire_bytes(
+    monkeypatch: pytest.MonkeyPatch, sync: bool
+) -> None:
+    monkeypatch.setattr(records, "_names", itertools.count(41))
+    name = b"__effect_sidecar_41\0"
+    built = records.request("SELECT $1, $2", ["é", ""], sync=sync)
+    assert built == [
+        _frame(b"P", name + b"SELECT $1, $2\0" + b"\0\0"),  # no parameter types
+        _frame(
+            b"B",
+            name
+            + name
+            + b"\0\0"  # portal, statement, no format codes (all text)
+            + b"\0\2"
+            + b"\0\0\0\2"
+            + "é".encode()
+            + b"\0\0\0\0"  # two values
+            + b"\0\0",  # results in text
+        ),
+        _frame(b"E", name + b"\0\0\0\0"),  # every row
+        _frame(b"C", b"P" + name),
+        _frame(b"C", b"S" + name),
+        _frame(b"S" if sync else b"H", b""),
     ]
 
 
-@pytest.mark.parametrize(
-    ("sql", "values", "sync"),
-    [
-        (records.RECORD, ["task", "sql:0123", "attempt", "7", "INSERT INTO t VALUES ('é')"], True),
-        (records.COMPLETE, ["task", "key", "INSERT 0 1", "\\x", "\\x0102"], False),
-        (records.REFUSED, [], False),
-    ],
-)
-def test_a_request_is_the_bytes_the_message_builders_make(
-    monkeypatch: pytest.MonkeyPatch, sql: str, values: list[str], sync: bool
-) -> None:
-    monkeypatch.setattr(records, "_names", itertools.count(41))
-    built = records.request(sql, values, sync=sync)
-    assert built == _built_by_messages(sql, values, sync=sync, number=41)
+def test_a_null_parameter_is_bound_with_length_minus_one() -> None:
+    bound = messages.bind_message("p", "s", [None, b"x"])
+    assert bound == _frame(b"B", b"p\0s\0\0\0\0\2" + b"\xff\xff\xff\xff" + b"\0\0\0\1x" + b"\0\0")
 
 
 def _m(kind: bytes, raw: bytes = b"") -> Message:
