@@ -72,7 +72,6 @@ ALLOW_LIST: dict[str, str] = {
     "sidecar.matrix.stack": f"the matrix's processes, {PROCESS} (tests/acceptance/matrix)",
     "sidecar.pgwire.ordinals": "n-th run keys; unit/pgwire/test_exactly_once.py repeats statements",
     "sidecar.runtime.problems": "problem texts of the proxy and the control API, through both",
-    "sidecar.proxy.addons.router": f"mitmproxy routing addon, {PROCESS} (tests/acceptance/proxy)",
     "sidecar.review.charts": "the report's charts; unit/control/test_review_report_route.py",
     "sidecar.review.collect": "the report's reads; test_review_report_route.py, review process",
     "sidecar.review.figures": "the report's numbers, through tally: unit/review/test_tally.py",

@@ -17,6 +17,8 @@ from sidecar.recording.bindings import BindRequest
 
 METADATA = "sidecar.bind"
 TASK_HEADER = "X-Sidecar-Task"
+_AUTHORIZATION, _TASK = b"proxy-authorization", TASK_HEADER.lower().encode()
+_OURS = frozenset({_AUTHORIZATION, _TASK})
 
 
 def _credentials(value: str | None) -> tuple[str, str] | None:
@@ -30,6 +32,28 @@ def _credentials(value: str | None) -> tuple[str, str] | None:
     except (binascii.Error, UnicodeDecodeError):
         return None
     return (user, password) if sep and user else None
+
+
+def _take_ours(headers: http.Headers) -> tuple[str | None, str | None]:
+    """Remove ``Proxy-Authorization`` and ``X-Sidecar-Task`` from ``headers``; their
+    values as ``headers.get`` gives them (repeated fields joined by ", "), None if absent.
+
+    One pass over the fields, and a rewrite only when one is there: a ``get`` and a
+    ``del`` per name scan the fields four times, on every request (~6 us)."""
+    found: dict[bytes, list[bytes]] = {}
+    for name, value in headers.fields:
+        lowered = name.lower()
+        if lowered in _OURS:
+            found.setdefault(lowered, []).append(value)
+    if not found:
+        return None, None
+    headers.fields = tuple(f for f in headers.fields if f[0].lower() not in _OURS)
+
+    def joined(name: bytes) -> str | None:
+        values = found.get(name)
+        return None if values is None else b", ".join(values).decode("utf-8", "surrogateescape")
+
+    return joined(_AUTHORIZATION), joined(_TASK)
 
 
 class TaskBinder:
@@ -46,14 +70,7 @@ class TaskBinder:
         self._by_connection.pop(client.id, None)
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        headers = flow.request.headers
-        authorization = headers.get("Proxy-Authorization")
-        named = headers.get(TASK_HEADER)
-        # Removed only when present: a generic pop scans the header fields twice more.
-        if authorization is not None:
-            del headers["Proxy-Authorization"]
-        if named is not None:
-            del headers[TASK_HEADER]
+        authorization, named = _take_ours(flow.request.headers)
         creds = _credentials(authorization) or self._by_connection.get(flow.client_conn.id)
         if creds is not None:
             bind = BindRequest(creds[0], creds[1], "credentials")

@@ -31,6 +31,7 @@ from sidecar.proxy.addons.binder import METADATA
 from sidecar.proxy.body_limit import BodyLimit, answer_before_body, limit_body
 from sidecar.proxy.exchange import AgentRequest, Answer, Headers, refusal
 from sidecar.proxy.guard import EffectGuard, fault
+from sidecar.proxy.hosts import request_host
 from sidecar.proxy.redact import without_secrets
 from sidecar.rules import RuleMatch, RuleSet
 from sidecar.rules.facts import HttpRequestFacts
@@ -116,7 +117,7 @@ class EffectAddon:
     def _admit(self, flow: http.HTTPFlow) -> None:
         """Stream what no effect rule matches; mark and size-check what one does."""
         request = flow.request
-        host = request.pretty_host  # parsed from the Host header on every access
+        host = request_host(request)
         # Most traffic is to hosts no effect rule names: decide that before parsing more.
         if not self.rules.may_match_host(host, request.port):
             request.stream = True

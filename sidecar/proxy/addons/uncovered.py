@@ -41,6 +41,7 @@ from sidecar.proxy.addons.binder import METADATA
 from sidecar.proxy.addons.effects import UNMATCHED, decoded_headers, is_guarded, to_response
 from sidecar.proxy.body_limit import answer_before_body
 from sidecar.proxy.exchange import refusal
+from sidecar.proxy.hosts import request_host
 from sidecar.proxy.redact import request_summary
 from sidecar.recording.bindings import Binding
 from sidecar.recording.recorder import Recorder
@@ -112,7 +113,7 @@ class UncoveredWrites:
 
     async def _uncovered(self, flow: http.HTTPFlow) -> None:
         request = flow.request
-        host, method = request.pretty_host.lower(), request.method.upper()
+        host, method = request_host(request).lower(), request.method.upper()
         shape = request_shape(request.path)
         self.metrics.uncovered_writes.labels(self.metrics.uncovered_hosts(host), method).inc()
         self._log_once(host, method, shape)
@@ -140,7 +141,7 @@ class UncoveredWrites:
 
     def _refusal(self, flow: http.HTTPFlow, shape: str) -> UncoveredWrite:
         request = flow.request
-        host, method = request.pretty_host.lower(), request.method.upper()
+        host, method = request_host(request).lower(), request.method.upper()
         path = request.path.partition("?")[0]
         files = rule_files_for(self.rules, host, request.port)
         where = (
@@ -167,7 +168,7 @@ class UncoveredWrites:
 
     async def _record(self, flow: http.HTTPFlow, shape: str) -> None:
         request = flow.request
-        host, method = request.pretty_host.lower(), request.method.upper()
+        host, method = request_host(request).lower(), request.method.upper()
         what = f"{method} {host}{shape} (uncovered)"
         try:
             binding = await self.recorder.bind(flow.metadata.get(METADATA), what, "proxy")

@@ -14,6 +14,7 @@ from sidecar.errors import ConfigError
 from sidecar.proxy.addons.binder import METADATA, TaskBinder
 from sidecar.proxy.addons.effects import EffectAddon, to_response
 from sidecar.proxy.addons.gate import ReadinessGate
+from sidecar.proxy.addons.router import Router
 from sidecar.proxy.embed import interception_hosts
 from sidecar.proxy.exchange import AgentRequest, Answer
 from sidecar.proxy.redact import REDACTED, request_summary
@@ -84,6 +85,36 @@ def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
+@pytest.mark.parametrize(
+    ("http_version", "host_header"),
+    [(b"HTTP/1.1", "API.GitHub.com"), (b"HTTP/1.1", None), (b"HTTP/2.0", None)],
+)
+def test_a_routed_request_ends_as_mitmproxy_s_own_setters_would_leave_it(
+    http_version: bytes, host_header: str | None
+):
+    router = Router(Routes.parse(["api.github.com=http://127.0.0.1:9000"]))
+    routed, by_setters = tflow.tflow(), tflow.tflow()
+    for flow in (routed, by_setters):
+        request = flow.request
+        request.http_version = http_version.decode()
+        request.scheme, request.host, request.port = "https", "api.github.com", 443
+        if http_version == b"HTTP/2.0":
+            request.authority = "api.github.com:443"
+        if host_header is None:
+            request.headers.pop("Host", None)
+        else:
+            request.headers["Host"] = host_header
+    router.requestheaders(routed)
+    request = by_setters.request
+    request.scheme, request.host, request.port = "http", "127.0.0.1", 9000
+    request.host_header = "127.0.0.1:9000"
+    assert routed.request.data == by_setters.request.data
+    assert (routed.request.url, routed.request.host_header) == (
+        "http://127.0.0.1:9000/path",
+        "127.0.0.1:9000",
+    )
+
+
 def test_proxy_credentials_bind_the_connection_and_are_stripped():
     binder = TaskBinder(default_task=None)
     connect = tflow.tflow()
@@ -97,6 +128,33 @@ def test_proxy_credentials_bind_the_connection_and_are_stripped():
     bind = inner.metadata[METADATA]
     assert (bind.task, bind.attempt_id, bind.source) == ("312", "att-1", "credentials")
     assert "X-Sidecar-Task" not in inner.request.headers
+
+
+def test_the_sidecar_s_own_headers_are_removed_every_time_they_appear_and_only_they():
+    binder = TaskBinder(default_task=None)
+    flow = tflow.tflow()
+    flow.request.headers.fields = (
+        (b"Host", b"api.example.com"),
+        (b"x-sidecar-task", b"312"),
+        (b"Accept", b"*/*"),
+        (b"X-Sidecar-Task", b"313"),
+        (b"Proxy-Authorization", _basic("7", "att-2").encode()),
+        (b"X-Trace", b"\xff"),
+    )
+    binder.requestheaders(flow)
+    bind = flow.metadata[METADATA]
+    assert (bind.task, bind.attempt_id, bind.source) == ("7", "att-2", "credentials")
+    assert flow.request.headers.fields == (
+        (b"Host", b"api.example.com"),
+        (b"Accept", b"*/*"),
+        (b"X-Trace", b"\xff"),
+    )
+    named = tflow.tflow()
+    named.request.headers.fields = ((b"X-Sidecar-Task", b" 312"), (b"x-sidecar-task", b"313"))
+    binder.requestheaders(named)
+    # Repeated, the header reads as mitmproxy joins it: the task is not guessed.
+    assert named.metadata[METADATA].task == "312, 313"
+    assert named.request.headers.fields == ()
 
 
 def test_without_credentials_the_header_then_the_default_task_binds():

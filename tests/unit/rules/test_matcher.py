@@ -16,6 +16,7 @@ from sidecar.rules import (
     RuleSet,
     canonical_body,
     fingerprint,
+    matcher,
     same_payload,
 )
 
@@ -106,6 +107,16 @@ def test_may_match_host_tells_which_connections_to_open():
     assert not rules.may_match_host("x.org", 443)
     assert not rules.may_match_host("example.com")
     assert not RuleSet().may_match_host("example.com")
+
+
+def test_may_match_host_answers_the_same_when_asked_again_and_past_its_memory(monkeypatch):
+    monkeypatch.setattr(matcher, "HOSTS_KEPT", 3)
+    rules = RuleSet([make("a", host="*.example.com"), make("b", host=["x.org:8443"])])
+    asked = [("API.example.com", 443), ("x.org", 443), ("[x.org]", 8443), ("other.net", None)]
+    first = [rules.may_match_host(host, port) for host, port in asked]
+    again = [rules.may_match_host(host, port) for host, port in asked * 3]
+    assert first == [True, False, True, False]
+    assert again == first * 3
 
 
 def test_the_effect_key_renders_the_rules_key_template():

@@ -1,0 +1,40 @@
+"""The host a request is for: mitmproxy's ``pretty_host``, parsed once per Host header."""
+
+from __future__ import annotations
+
+import pytest
+from mitmproxy.test import tutils
+
+from sidecar.proxy.hosts import request_host
+
+
+@pytest.mark.parametrize(
+    "host_header",
+    [
+        "api.github.com",
+        "API.GitHub.com:8443",
+        "127.0.0.1:7300",
+        "[::1]:8080",
+        "[2001:db8::1]",
+        "xn--bcher-kva.example",
+        "bücher.example",
+        "not a host!",
+        "host:notaport",
+        "host:99999",
+        "",
+    ],
+)
+def test_the_host_is_the_one_mitmproxy_names_whatever_the_header_says(host_header: str):
+    request = tutils.treq(host="10.0.0.7", port=443)
+    if host_header:
+        request.headers["Host"] = host_header
+    else:
+        request.headers.pop("Host", None)
+    assert request_host(request) == request.pretty_host
+    assert request_host(request) == request.pretty_host  # and again, from what was kept
+
+
+def test_an_http2_request_is_named_by_its_authority():
+    request = tutils.treq(http_version=b"HTTP/2.0", authority=b"api.example.com:443")
+    request.headers.pop("Host", None)
+    assert request_host(request) == request.pretty_host == "api.example.com"
