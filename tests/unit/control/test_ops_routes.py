@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from unittest import mock
 
 from sidecar.domain.model import EffectState
@@ -104,10 +105,35 @@ async def test_a_configured_token_is_required_except_for_probes(make_client):
 
 
 async def test_unknown_routes_and_methods_are_problems(client):
-    await problem_of(await client.get("/v1/nope"), 404, "not_found")
+    body = await problem_of(await client.get("/v1/nope"), 404, "not_found")
+    assert body["instance"] == "/v1/nope"
     response = await client.delete("/v1/tasks/312")
     await problem_of(response, 405, "method_not_allowed")
-    assert "GET" in response.headers["Allow"]
+    assert response.headers["Allow"] == "GET,HEAD"
+    response = await client.put("/v1/tasks/312/checkpoints", json={})
+    await problem_of(response, 405, "method_not_allowed")
+    assert response.headers["Allow"] == "GET,HEAD,POST"
+
+
+async def test_unknown_routes_need_the_token_too(make_client):
+    client = await make_client(token="s3cret")
+    await problem_of(await client.get("/v1/nope"), 401, "unauthorized")
+    signed = {"Authorization": "Bearer s3cret"}
+    await problem_of(await client.get("/v1/nope", headers=signed), 404, "not_found")
+
+
+async def test_a_body_beyond_the_limit_is_a_problem(client):
+    too_big = io.BytesIO(b"x" * (1024 * 1024 + 1))
+    response = await client.post("/v1/tasks/312/checkpoints", data=too_big)
+    await problem_of(response, 413, "payload_too_large")
+
+
+async def test_an_unexpected_error_is_a_500_problem_that_tells_nothing(client, caplog):
+    with mock.patch.object(MemoryStore, "task_view", side_effect=RuntimeError("secret detail")):
+        response = await client.get("/v1/tasks/312")
+        body = await problem_of(response, 500, "internal")
+    assert "secret detail" not in body["detail"]
+    assert "unhandled error in GET /v1/tasks/312" in caplog.text
 
 
 async def test_readyz_waits_for_every_part_of_the_sidecar_and_says_which(make_client):
