@@ -9,22 +9,29 @@ per header value: a dictionary look-up instead of ~6 us of parsing per access.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from mitmproxy import http
 from mitmproxy.net.http import url
 
 #: Host header values kept parsed; an agent talks to a handful of hosts, and a flood of
-#: made-up ones only pushes the oldest out.
+#: made-up ones only starts the memory again.
 KEPT = 1024
+#: Longer values are parsed every time, not kept: the most a name and a port can take
+#: (253 + 1 + 5, and brackets), so what is kept stays within ~0.7 MiB.
+KEPT_LENGTH = 261
 
-
-@lru_cache(maxsize=KEPT)
-def _host_of(authority: str) -> str:
-    return url.parse_authority(authority, check=False)[0]
+_kept: dict[str, str] = {}
 
 
 def request_host(request: http.Request) -> str:
     """``request.pretty_host``, the same string, from a parse kept per Host header."""
     authority = request.host_header
-    return _host_of(authority) if authority else request.host
+    if not authority:
+        return request.host
+    host = _kept.get(authority)
+    if host is None:
+        host = url.parse_authority(authority, check=False)[0]
+        if len(authority) <= KEPT_LENGTH:
+            if len(_kept) >= KEPT:
+                _kept.clear()
+            _kept[authority] = host
+    return host

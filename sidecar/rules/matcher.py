@@ -201,8 +201,10 @@ def http_match(condition: HttpMatch, facts: HttpRequestFacts) -> dict[str, str] 
     return condition.path.match(facts.path)
 
 
-#: How many (host, port) answers of :meth:`RuleSet.may_match_host` are kept.
+#: How many (host, port) answers of :meth:`RuleSet.may_match_host` are kept, and for
+#: hosts up to what length (a DNS name's 253, an IPv6 address in brackets): ~1.5 MiB.
 HOSTS_KEPT = 4096
+HOST_KEPT_LENGTH = 255
 
 
 class RuleSet:
@@ -250,9 +252,10 @@ class RuleSet:
             known = any(
                 p.matches(bare, port) for rule in self.rules if rule.http for p in rule.http.host
             )
-            if len(self._hosts) >= HOSTS_KEPT:
-                self._hosts.clear()  # a flood of made-up hosts: start again
-            self._hosts[(host, port)] = known
+            if len(host) <= HOST_KEPT_LENGTH:  # longer ones are no host name
+                if len(self._hosts) >= HOSTS_KEPT:
+                    self._hosts.clear()  # a flood of made-up hosts: start again
+                self._hosts[(host, port)] = known
         return known
 
     def match_sql(self, statement: Statement) -> SqlRuleMatch | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from mitmproxy.test import tutils
 
+from sidecar.proxy import hosts
 from sidecar.proxy.hosts import request_host
 
 
@@ -38,3 +39,17 @@ def test_an_http2_request_is_named_by_its_authority():
     request = tutils.treq(http_version=b"HTTP/2.0", authority=b"api.example.com:443")
     request.headers.pop("Host", None)
     assert request_host(request) == request.pretty_host == "api.example.com"
+
+
+def test_what_is_kept_is_bounded_in_number_and_length(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(hosts, "_kept", {})
+    monkeypatch.setattr(hosts, "KEPT", 4)
+    for n in range(10):
+        request = tutils.treq()
+        request.headers["Host"] = f"h{n}.example:8080"
+        assert request_host(request) == f"h{n}.example"
+    assert 0 < len(hosts._kept) <= 4
+    long = tutils.treq()
+    long.headers["Host"] = "a" * 5000
+    assert request_host(long) == long.pretty_host
+    assert "a" * 5000 not in hosts._kept

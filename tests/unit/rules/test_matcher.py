@@ -117,6 +117,9 @@ def test_may_match_host_answers_the_same_when_asked_again_and_past_its_memory(mo
     again = [rules.may_match_host(host, port) for host, port in asked * 3]
     assert first == [True, False, True, False]
     assert again == first * 3
+    long = "a" * 300 + ".example.com"
+    assert rules.may_match_host(long, 443)
+    assert (long, 443) not in rules._hosts
 
 
 def test_the_effect_key_renders_the_rules_key_template():
