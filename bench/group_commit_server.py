@@ -17,72 +17,45 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sqlite3
 import time
 from pathlib import Path
 
+from _group_commit import GroupCommitter, open_db
 from aiohttp import web
 
-Job = tuple[tuple[str, str, str, int], asyncio.Future[None]]
-QUEUE = web.AppKey("queue", asyncio.Queue)
-
-
-def open_db(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS checkpoints (id INTEGER PRIMARY KEY, task TEXT, "
-        "stage TEXT, outputs TEXT, created_us INTEGER)"
-    )
-    return db
-
-
-async def committer(db: sqlite3.Connection, queue: asyncio.Queue[Job]) -> None:
-    def commit(rows: list[tuple[str, str, str, int]]) -> None:
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany(
-            "INSERT INTO checkpoints (task, stage, outputs, created_us) VALUES (?, ?, ?, ?)", rows
-        )
-        db.execute("COMMIT")
-
-    while True:
-        jobs = [await queue.get()]
-        while not queue.empty():
-            jobs.append(queue.get_nowait())
-        await asyncio.to_thread(commit, [row for row, _ in jobs])
-        for _, done in jobs:
-            done.set_result(None)
+COMMITS = web.AppKey("commits", GroupCommitter)
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS checkpoints (id INTEGER PRIMARY KEY, task TEXT, "
+    "stage TEXT, outputs TEXT, created_us INTEGER)"
+)
+INSERT = "INSERT INTO checkpoints (task, stage, outputs, created_us) VALUES (?, ?, ?, ?)"
 
 
 async def checkpoint(request: web.Request) -> web.Response:
     body = await request.json()
     task, stage = request.match_info["task"], str(body["stage"])
     created = time.time_ns() // 1000
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    request.app[QUEUE].put_nowait(((task, stage, json.dumps(body["outputs"]), created), done))
-    await done
+    await request.app[COMMITS].write(INSERT, (task, stage, json.dumps(body["outputs"]), created))
     return web.json_response({"task": task, "stage": stage, "created_us": created}, status=201)
 
 
 async def serve(path: Path, host: str, port: int) -> None:
-    db = open_db(path)
+    commits = GroupCommitter(open_db(path, SCHEMA))
     app = web.Application()
-    queue: asyncio.Queue[Job] = asyncio.Queue()
-    app[QUEUE] = queue
+    app[COMMITS] = commits
     app.router.add_post("/v1/tasks/{task}/checkpoints", checkpoint)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    worker = asyncio.create_task(committer(db, queue))
+    commits.start()
     assert site._server is not None
     bound = site._server.sockets[0].getsockname()  # type: ignore[attr-defined]
     print(f"reference ready http://{bound[0]}:{bound[1]}", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
-        worker.cancel()
+        commits.stop()
         await runner.cleanup()
 
 

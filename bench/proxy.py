@@ -19,7 +19,21 @@ then with a 1 MiB JSON body:
 * mitmdump 1 MiB            POST /upload through mitmdump;
 * sidecar pass-through 1 MiB POST /upload through the sidecar (unmatched: streamed);
 * sidecar recorded 1 MiB    POST /effects/{new id} through the sidecar (matched: buffered,
-                            hashed, recorded).
+                            hashed, recorded);
+
+and the floor, ``_floor_proxy.py``: mitmproxy embedded as the sidecar embeds it, with
+an addon doing the least any design meeting SPEC §3 pays with these engines (two durable
+SQLite writes in a group-commit thread and an aiohttp forward per new effect, a dict
+lookup per replay; no rules, leases, audit or control API):
+
+* floor pass-through        GET /fast, routed to the upstream and forwarded by mitmproxy;
+* floor recorded            POST /effects/{new id};
+* floor replayed            POST /effects/{same id};
+* floor recorded 1 MiB      POST /effects/{new id} with the 1 MiB body.
+
+The checks against issue 18's targets are followed by the floor's figures on the same
+paths (no pass mark): how much of a recorded row's gap the engines and the two durable
+writes take, and how much is the sidecar's own.
 
 Every row runs once per round for ``--seconds`` after a warm-up pass; rounds interleave
 the rows, their order reversed every other round, so drift on a busy machine hits all
@@ -87,12 +101,22 @@ MITM_BIG, PASS_BIG, RECORDED_BIG = (
     "sidecar pass-through 1 MiB",
     "sidecar recorded 1 MiB",
 )
+FLOOR_PASS, FLOOR_RECORDED, FLOOR_REPLAYED, FLOOR_RECORDED_BIG = (
+    "floor pass-through",
+    "floor recorded",
+    "floor replayed",
+    "floor recorded 1 MiB",
+)
 VS = {
     PASS: MITM,
     RECORDED: PASS,
     REPLAYED: PASS,
     PASS_BIG: MITM_BIG,
     RECORDED_BIG: PASS_BIG,
+    FLOOR_PASS: MITM,
+    FLOOR_RECORDED: FLOOR_PASS,
+    FLOOR_REPLAYED: FLOOR_PASS,
+    FLOOR_RECORDED_BIG: MITM_BIG,
 }
 
 RESULTS: dict[tuple[str, int], Row] = {}
@@ -111,6 +135,24 @@ def mitmdump(root: Path, tag: str) -> Child:
             f"confdir={root / 'mitm'}",
         ],
         stderr_path=root / f"mitmdump-{tag}.log",
+    )
+
+
+def floor(root: Path, upstream: str) -> Child:
+    """The sidecar's engine with the floor addon (``_floor_proxy.py``): what a recorded
+    effect costs at least with mitmproxy, aiohttp and SPEC §3's two durable writes."""
+    return Child(
+        [
+            sys.executable,
+            str(HERE / "_floor_proxy.py"),
+            "--db",
+            str(root / "floor.db"),
+            "--upstream",
+            upstream,
+            "--confdir",
+            str(root / "floor-ca"),
+        ],
+        stderr_path=root / "floor.log",
     )
 
 
@@ -205,9 +247,10 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
     async with aiohttp.ClientSession(connector=connector) as http:
         started = await start_up(root, args.rounds, up, http)
         figures["startup_s"] = {k: v.values for k, v in started.items()}
-        mitm, side = mitmdump(root, "main"), sidecar(root, "main", up)
-        with upstream, mitm, side:
+        mitm, side, least = mitmdump(root, "main"), sidecar(root, "main", up), floor(root, up)
+        with upstream, mitm, side, least:
             mitm_url = f"http://127.0.0.1:{await mitmdump_ready(mitm)}"
+            floor_url = least.wait_for(r"floor ready (\S+)").group(1)
             control, proxy = await sidecar_ready(side, http)
             await asyncio.sleep(1)
             idle = {MITM: rss_mib(mitm.pid), "sidecar": rss_mib(side.pid)}
@@ -223,6 +266,8 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
             # Whose CPU each row is: the proxy it goes through (direct has none).
             pids = {name: mitm.pid for name in (MITM, MITM_BIG)}
             pids |= {name: side.pid for name in (PASS, RECORDED, REPLAYED, PASS_BIG, RECORDED_BIG)}
+            floors = (FLOOR_PASS, FLOOR_RECORDED, FLOOR_REPLAYED, FLOOR_RECORDED_BIG)
+            pids |= {name: least.pid for name in floors}
 
             async def get(url: str, via: str | None = None) -> None:
                 async with http.get(url, proxy=via, headers=auth if via == proxy else None) as r:
@@ -236,10 +281,11 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
                     assert r.status in (200, 201), f"{url}: {r.status} {await r.text()}"
                     await r.read()
 
-            def new_effect(body: bytes = b"{}") -> Op:
-                return lambda n: post(f"http://bench.test/effects/e{next(ids)}", body)
+            def new_effect(body: bytes = b"{}", via: str = proxy) -> Op:
+                return lambda n: post(f"http://bench.test/effects/e{next(ids)}", body, via)
 
-            await post("http://bench.test/effects/same")  # the one that is replayed
+            for via in (proxy, floor_url):  # the one that is replayed
+                await post("http://bench.test/effects/same", via=via)
             small: list[tuple[str, int, Op]] = []
             for clients in CLIENTS:
                 small += [
@@ -248,6 +294,13 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
                     (PASS, clients, lambda n: get("http://bench.test/fast", proxy)),
                     (RECORDED, clients, new_effect()),
                     (REPLAYED, clients, lambda n: post("http://bench.test/effects/same")),
+                    (FLOOR_PASS, clients, lambda n: get("http://bench.test/fast", floor_url)),
+                    (FLOOR_RECORDED, clients, new_effect(via=floor_url)),
+                    (
+                        FLOOR_REPLAYED,
+                        clients,
+                        lambda n: post("http://bench.test/effects/same", via=floor_url),
+                    ),
                 ]
             await interleaved(small, RESULTS, args, warm_clients=8, pids=pids)
             if args.growth:  # before the 1 MiB rows, whose freed buffers could hide growth
@@ -259,6 +312,7 @@ async def measure(args: argparse.Namespace, root: Path, out: Output) -> None:
                     (MITM_BIG, clients, lambda n: post(f"{up}/upload", BIG_BODY, mitm_url)),
                     (PASS_BIG, clients, lambda n: post("http://bench.test/upload", BIG_BODY)),
                     (RECORDED_BIG, clients, new_effect(BIG_BODY)),
+                    (FLOOR_RECORDED_BIG, clients, new_effect(BIG_BODY, floor_url)),
                 ]
             before = {MITM: rss_mib(mitm.pid), "sidecar": rss_mib(side.pid)}
             peak = dict(before)
@@ -428,6 +482,7 @@ def report(out: Output) -> None:
         "≤ 1.2x",
         x.median <= 1.2,
     )
+    floor_checks(out, budget)
     if g := f.get("growth_rss_mib"):
         d = g["50000"] - g["10000"]
         out.check(
@@ -437,6 +492,32 @@ def report(out: Output) -> None:
             d <= 20,
         )
     out.print_checks()
+
+
+def floor_checks(out: Output, budget: float) -> None:
+    """Figures to read the recorded rows' targets by: the same paths through the floor
+    (``_floor_proxy.py``), and how far the sidecar is from it."""
+    floor_p50, rec_p50 = med(FLOOR_RECORDED, 1).p50.median, med(RECORDED, 1).p50.median
+    out.check(
+        "floor: recorded effect, c=1: p50",
+        f"{floor_p50:.2f} ms (sidecar {rec_p50:.2f}, +{rec_p50 - floor_p50:.2f})",
+        f"the sidecar's target: ≤ {budget:.2f} ms",
+        None,
+    )
+    for name, base, ours, our_base, clients in (
+        (FLOOR_RECORDED, FLOOR_PASS, RECORDED, PASS, 32),
+        (FLOOR_REPLAYED, FLOOR_PASS, REPLAYED, PASS, 32),
+        (FLOOR_RECORDED_BIG, MITM_BIG, RECORDED_BIG, PASS_BIG, 1),
+        (FLOOR_RECORDED_BIG, MITM_BIG, RECORDED_BIG, PASS_BIG, 32),
+    ):
+        x, mine = rps_vs(name, base, clients), rps_vs(ours, our_base, clients)
+        out.check(
+            f"floor: {name.removeprefix('floor ')}, c={clients}: req/s vs {base}",
+            f"{times(x)} (sidecar {mine.median:.2f}x); CPU {med(name, clients).cpu_ms.median:.2f}"
+            f" / {med(ours, clients).cpu_ms.median:.2f} ms (floor / sidecar)",
+            "-",
+            None,
+        )
 
 
 def main() -> None:
