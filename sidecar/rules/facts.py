@@ -6,11 +6,12 @@ Its own module so that templates render from it without knowing how rules are ma
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from sidecar.rules.json_text import parse_json
 
 _NOT_PARSED: Any = object()
 
@@ -32,6 +33,7 @@ class HttpRequestFacts:
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes | None = None
     _json: Any = field(default=_NOT_PARSED, init=False, repr=False, compare=False)
+    _json_finite: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Normalised here so every producer (proxy, tests, probes) compares alike.
@@ -43,7 +45,7 @@ class HttpRequestFacts:
         """These facts with ``body``: the rest is normalised already, so it is not done
         again (``dataclasses.replace`` would, on every matched request)."""
         facts = object.__new__(HttpRequestFacts)
-        facts.__dict__.update(self.__dict__, body=body, _json=_NOT_PARSED)
+        facts.__dict__.update(self.__dict__, body=body, _json=_NOT_PARSED, _json_finite=False)
         return facts
 
     @classmethod
@@ -82,9 +84,23 @@ class HttpRequestFacts:
     def json_body(self) -> Any:
         """The body parsed as JSON, or None when there is none or it is not JSON."""
         if self._json is _NOT_PARSED:
-            try:
-                parsed = json.loads(self.body) if self.body else None
-            except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly deep
-                parsed = None
+            parsed, finite = _parsed(self.body)
             object.__setattr__(self, "_json", parsed)
+            object.__setattr__(self, "_json_finite", finite)
         return self._json
+
+    def json_body_finite(self) -> bool:
+        """Whether the parsed body is known to hold no NaN or infinity (False also when
+        it is not JSON, or not parsed yet)."""
+        return self._json_finite
+
+
+def _parsed(body: bytes | None) -> tuple[Any, bool]:
+    """``body`` parsed as JSON, and whether it is known finite; (None, False) if it is not
+    JSON (or there is none)."""
+    if not body:
+        return None, False
+    try:
+        return parse_json(body)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly deep
+        return None, False
