@@ -17,10 +17,12 @@ what no design meeting SPEC §3 with these engines can skip, and nothing else:
   tells a divergent replay), the second the status, headers and body.
 
 Every other request to ``bench.test`` is routed to the upstream and forwarded by
-mitmproxy (the pass-through floor).  No rules, leases, fencing, probes, audit lines,
-redaction, metrics, logs or control API: what the sidecar spends beyond this floor is
-its own.  Not a benchmark itself: ``bench/proxy.py`` runs it next to the sidecar.  Prints
-``floor ready http://HOST:PORT`` once listening; runs until killed.
+mitmproxy (the pass-through floor).  The garbage collector is set as the sidecar sets it
+(``sidecar.runtime.startup``: what the start-up built is frozen, never scanned again).
+No rules, leases, fencing, probes, audit lines, redaction, metrics, logs or control API:
+what the sidecar spends beyond this floor is its own.  Not a benchmark itself:
+``bench/proxy.py`` runs it next to the sidecar.  Prints ``floor ready http://HOST:PORT``
+once listening; runs until killed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import asyncio
 import hashlib
 import json
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from _group_commit import GroupCommitter, open_db
@@ -38,6 +42,7 @@ from mitmproxy import http
 from yarl import URL
 
 from sidecar.proxy.embed import EmbeddedProxy
+from sidecar.runtime import startup
 
 HOST = "bench.test"
 EFFECTS = "/effects/"
@@ -66,18 +71,22 @@ class Floor:
         self.upstream = upstream
         self.answers: dict[str, Answer] = {}
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Coroutine[Any, Any, None] | None:
+        """Routes a pass-through flow at once; an effect's work is a coroutine mitmproxy
+        awaits (a hook that is a coroutine function would make one for every flow)."""
         request = flow.request
         if request.pretty_host != HOST:
-            return
-        upstream = self.upstream
+            return None
         if request.method != "POST" or not request.path.startswith(EFFECTS):
+            upstream = self.upstream
             request.scheme, request.host, request.port = "http", upstream.host, upstream.port
-            return
-        key = request.path
+            return None
+        return self.answer(flow, request.path)
+
+    async def answer(self, flow: http.HTTPFlow, key: str) -> None:
         answer = self.answers.get(key)
         if answer is None:
-            answer = await self.record(key, request)
+            answer = await self.record(key, flow.request)
         status, body, headers = answer
         flow.response = http.Response.make(status, body, headers)
 
@@ -115,6 +124,7 @@ async def serve(db: Path, upstream: URL, confdir: Path) -> None:
         allow_hosts=None,
     )
     ((host, port), *_) = await proxy.start()
+    startup.started()  # the garbage collector as the sidecar leaves it (runtime/startup.py)
     print(f"floor ready http://{host}:{port}", flush=True)
     try:
         await asyncio.Event().wait()
@@ -130,6 +140,7 @@ def main() -> None:
     parser.add_argument("--upstream", required=True, help="where bench.test goes: http://H:P")
     parser.add_argument("--confdir", type=Path, required=True, help="mitmproxy's CA directory")
     args = parser.parse_args()
+    startup.begin()
     asyncio.run(serve(args.db, URL(args.upstream), args.confdir))
 
 
