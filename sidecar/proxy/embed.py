@@ -44,6 +44,7 @@ from mitmproxy.master import Master
 
 from sidecar.errors import ConfigError
 from sidecar.proxy import body_limit
+from sidecar.proxy.dispatch import HookDispatch
 from sidecar.proxy.routes import Routes
 from sidecar.rules import RuleSet
 from sidecar.runtime.aio import spawn
@@ -108,7 +109,8 @@ class EmbeddedProxy:
         body_limit.install()
         self._master = Master(opts)
         self._master.addons.add(*mitmproxy_addons())
-        self._master.addons.add(*self._addons)
+        if self._addons:  # one entry of mitmproxy's chain for all of ours (proxy/dispatch.py)
+            self._master.addons.add(HookDispatch(*self._addons))
         try:
             opts.update(**self._settings)
         except exceptions.OptionsError as error:
