@@ -51,6 +51,7 @@ from sidecar.errors import (
 from sidecar.proxy.codecs import Codec, Content, Described, GitPushCodec, HttpCodec, codec_for
 from sidecar.proxy.exchange import AgentRequest, Answer, Sender, refusal, unsendable_header
 from sidecar.proxy.redact import (
+    body_digest_off_loop,
     recordable_response_headers,
     redact_response,
     request_summary,
@@ -88,6 +89,8 @@ class Call:
     request: AgentRequest
     described: Described
     codec: Codec
+    #: the body's sha256 for its summary, hashed off the loop meanwhile (a large body).
+    body_sha256: asyncio.Future[str] | None = None
 
     @property
     def rule(self) -> Rule:
@@ -189,7 +192,9 @@ class EffectGuard:
         if (why := unsendable_header(request.headers)) is not None:
             raise InvalidRequest(f"{why}: the request cannot be forwarded, nothing was recorded")
         codec = codec_for(rule, self._http, self._git)
-        call = Call(binding, match, request, codec.describe(match, request), codec)
+        # Started first, so that a large body is hashed while its fingerprint is made.
+        digest = body_digest_off_loop(request.body) if codec is self._http else None
+        call = Call(binding, match, request, codec.describe(match, request), codec, digest)
         if (why := text_problem(call.described.key)) is not None:
             raise InvalidRequest(
                 f"rule {rule.name} keys this request as {call.described.key!r}: {why}; "
@@ -229,6 +234,7 @@ class EffectGuard:
             request.headers,
             None if call.described.push is not None else request.body,
             parsed=facts.json_body(),  # parsed once already, for the fingerprint
+            body_sha256=None if call.body_sha256 is None else await call.body_sha256,
         )
         failpoints.reach("effect.before_pending", call.rule.name)
         try:

@@ -16,6 +16,7 @@ from sidecar.domain.model import EffectState, RecordedResponse
 from sidecar.errors import StoreUnavailable
 from sidecar.proxy.exchange import AgentRequest
 from sidecar.proxy.guard import EffectGuard
+from sidecar.proxy.redact import OFF_LOOP_BYTES
 from sidecar.proxy.upstream import Reply, UpstreamError
 from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, canonical_body, load_rules
@@ -455,3 +456,16 @@ async def test_the_audit_line_of_a_declared_safe_retry_says_so(world):
     assert again.disposition == "recorded"
     details = [e.detail for e in await store.effect_events("312") if e.event == "pending"]
     assert details[-1] == "sent again: the rule declares a retry safe (on_unknown: retry)"
+
+
+async def test_a_large_body_is_hashed_off_the_loop_and_its_summary_has_its_digest(world):
+    store, upstream = world.store, world.upstream
+    await store.claim("312", "a", 60)
+    upstream.answers.append(reply(201, {"id": 1}))
+    req = request("pay.test", "/charges", {"order": "o-big", "pad": "x" * 300_000})
+    assert len(req.body) >= OFF_LOOP_BYTES
+    answer = await call(world, "312", req)
+    assert answer.disposition == "recorded"
+    (effect,) = await store.effects("312")
+    assert effect.request["body_sha256"] == hashlib.sha256(req.body).hexdigest()
+    assert effect.request["body_bytes"] == len(req.body)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 
 from sidecar.domain.model import RecordedResponse
 from sidecar.proxy.redact import (
     MAX_BODY_EXCERPT,
+    OFF_LOOP_BYTES,
     REDACTED,
     UNREADABLE_BODY_HEADER,
+    body_digest_off_loop,
     redact_response,
     request_summary,
     without_secrets,
@@ -111,3 +114,19 @@ def test_a_small_body_is_kept_as_parsed_redacted_json():
         "api_key": "[redacted]",
         "nested": [{"token": "[redacted]", "n": 1}],
     }
+
+
+def test_a_summary_takes_the_digest_it_is_given_and_makes_one_otherwise():
+    body = b'{"a": 1}'
+    made = request_summary("POST", "https", "h", "/p", "", [], body)
+    assert made["body_sha256"] == hashlib.sha256(body).hexdigest()
+    given = request_summary("POST", "https", "h", "/p", "", [], body, body_sha256="d" * 64)
+    assert given["body_sha256"] == "d" * 64
+
+
+async def test_only_a_large_body_is_hashed_on_a_worker_thread():
+    assert body_digest_off_loop(b"x" * (OFF_LOOP_BYTES - 1)) is None
+    large = b"y" * OFF_LOOP_BYTES
+    digest = body_digest_off_loop(large)
+    assert digest is not None
+    assert await digest == hashlib.sha256(large).hexdigest()
