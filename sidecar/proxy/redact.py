@@ -289,11 +289,12 @@ OFF_LOOP_BYTES = 256 * 1024
 
 
 def body_digest_off_loop(body: bytes) -> asyncio.Future[str] | None:
-    """The sha256 of a large ``body``, being computed on a worker thread; None for a body
-    small enough to hash where it is needed."""
+    """The sha256 of a large ``body``, being computed on a worker thread (the loop's
+    default executor: a future, not a task, so one nobody awaits leaves nothing behind);
+    None for a body small enough to hash where it is needed."""
     if len(body) < OFF_LOOP_BYTES:
         return None
-    return asyncio.ensure_future(asyncio.to_thread(_sha256_hex, body))
+    return asyncio.get_running_loop().run_in_executor(None, _sha256_hex, body)
 
 
 def _sha256_hex(body: bytes) -> str:
