@@ -4,8 +4,8 @@ sqlite3 in WAL with ``synchronous=FULL``; every write is queued, and one committ
 every write waiting and commits them in one transaction in a worker thread (group
 commit), each statement's rows with one ``executemany``.  No domain logic, no audit, no
 metrics: what a durable write costs in Python and nothing more.  Used by the control
-API's reference server (``group_commit_server.py``) and by the proxy's floor
-(``_floor_proxy.py``).
+API's in-process loop (``control_api.py``) and reference server
+(``group_commit_server.py``), and by the proxy's floor (``_floor_proxy.py``).
 """
 
 from __future__ import annotations

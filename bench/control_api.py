@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sqlite3
 import sys
 import time
 from contextlib import AsyncExitStack
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import aiohttp
 from _common import Op, Output, Row, interleaved, paired, parser, run
+from _group_commit import GroupCommitter, open_db
 
 from sidecar.store.sqlite import SQLiteStore
 from sidecar.testing.processes import Child
@@ -51,46 +51,24 @@ CLAIM = "HTTP API POST /claim (new task each)"
 RESULTS: dict[tuple[str, int], Row] = {}
 
 
-def _reference_db(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, stage TEXT, outputs TEXT)")
-    return db
-
-
 async def sqlite_loop(path: Path, stack: AsyncExitStack) -> Op:
     """Plain sqlite3, no domain logic, no aiosqlite, no HTTP.
 
     Asyncio writers each submit a row and wait for it to be durable; one committer takes
-    every row waiting, INSERTs them and COMMITs once in a worker thread (group commit).
-    With one client this is a transaction per row.
+    every row waiting, INSERTs them and COMMITs once in a worker thread (group commit,
+    ``_group_commit.py``, as the reference server does).  With one client this is a
+    transaction per row.
     """
-    db = _reference_db(path)
+    db = open_db(
+        path, "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, stage TEXT, outputs TEXT)"
+    )
     stack.callback(db.close)
-    queue: asyncio.Queue[tuple[tuple[str, str], asyncio.Future[None]]] = asyncio.Queue()
+    commits = GroupCommitter(db)
+    commits.start()
+    stack.callback(commits.stop)
 
-    def commit(rows: list[tuple[str, str]]) -> None:
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany("INSERT INTO t (stage, outputs) VALUES (?, ?)", rows)
-        db.execute("COMMIT")
-
-    async def committer() -> None:
-        while True:
-            jobs = [await queue.get()]
-            while not queue.empty():
-                jobs.append(queue.get_nowait())
-            await asyncio.to_thread(commit, [row for row, _ in jobs])
-            for _, done in jobs:
-                done.set_result(None)
-
-    task = asyncio.create_task(committer())
-    stack.callback(task.cancel)
-
-    async def write(n: int) -> None:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue.put_nowait((("S", f'{{"n": {n}}}'), done))
-        await done
+    def write(n: int) -> asyncio.Future[None]:
+        return commits.write("INSERT INTO t (stage, outputs) VALUES (?, ?)", ("S", f'{{"n": {n}}}'))
 
     return write
 
