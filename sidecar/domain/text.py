@@ -58,7 +58,8 @@ def unstorable(value: Any, where: Where = ()) -> tuple[Where, str] | None:
 def scrubbed(value: Any) -> Any:
     """``value`` with every character UTF-8 cannot encode replaced by U+FFFD."""
     if isinstance(value, str):
-        return _UNENCODABLE.sub(REPLACEMENT, value)
+        # An ASCII string holds no surrogate: most of a summary's strings skip the search.
+        return value if value.isascii() else _UNENCODABLE.sub(REPLACEMENT, value)
     if isinstance(value, dict):
         return {scrubbed(k): scrubbed(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -48,7 +48,6 @@ ALLOW_LIST: dict[str, str] = {
     "sidecar.demo.model": DEMO,
     "sidecar.demo.scenario": DEMO,
     "sidecar.domain.lifecycle": "done/reopen rules, via the store: store/test_task_lifecycle.py",
-    "sidecar.domain.text": "text clipping, through the recorder and the control answers",
     "sidecar.emulators.faults": "emulator fault injection; store/test_effect_resolution.py, matrix",
     "sidecar.emulators.github.api": EMULATOR,
     "sidecar.emulators.github.app": EMULATOR,

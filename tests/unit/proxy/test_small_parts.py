@@ -81,6 +81,15 @@ def test_secret_names_are_recognised_by_pattern_not_by_list():
     }  # fmt: skip
 
 
+def test_a_header_is_secret_by_its_name_in_any_case_on_every_request():
+    for _ in range(3):  # the decision per name is remembered: it must stay the same
+        for name in ("Authorization", "AUTHORIZATION", "X-Api-Key", "x-session-id"):
+            summary = request_summary("GET", "https", "h.example", "/", "", [(name, "v")], None)
+            assert summary["headers"] == {name.lower(): REDACTED}
+        kept = request_summary("GET", "https", "h.example", "/", "", [("X-Trace", "t1")], None)
+        assert kept["headers"] == {"x-trace": "t1"}
+
+
 def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
