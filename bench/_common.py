@@ -119,6 +119,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def minor_faults(pid: int) -> int:
+    """Minor page faults process ``pid`` has taken so far (all threads): pages it touched
+    for the first time, e.g. a large buffer freshly mapped for each request."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[7])
+
+
 def listening_port(pid: int) -> int | None:
     """The TCP port process ``pid`` listens on, read from /proc (mitmdump -q prints none)."""
     inodes = set()

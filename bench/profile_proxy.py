@@ -47,7 +47,7 @@ from itertools import count
 from pathlib import Path
 
 import aiohttp
-from _common import cpu_seconds
+from _common import cpu_seconds, minor_faults
 from proxy import BIG_BODY, sidecar, sidecar_ready
 
 from sidecar.testing.processes import Child
@@ -139,14 +139,16 @@ async def profile(args: argparse.Namespace, root: Path) -> None:
                 stderr=subprocess.DEVNULL,
             )  # fmt: skip
             await asyncio.sleep(1.0)  # attached before the first request is timed
-            began = cpu_seconds(side.pid)
+            began, faulted = cpu_seconds(side.pid), minor_faults(side.pid)
             await many(op, args.requests, args.clients)
             cpu_ms = (cpu_seconds(side.pid) - began) / args.requests * 1e3
+            faults = (minor_faults(side.pid) - faulted) / args.requests
             spy.send_signal(signal.SIGINT)
             await asyncio.to_thread(spy.wait, 60)
     if args.raw:
         shutil.copyfile(raw, args.raw)
     report(read_samples(raw), args.requests, args.rate, cpu_ms)
+    print(f"sidecar minor page faults per request: {faults:.0f}")
 
 
 def row_op(
