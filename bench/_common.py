@@ -63,12 +63,20 @@ class Sample:
 
 @dataclass(frozen=True)
 class Check:
-    """One figure against its target, as ``./run bench all`` prints it."""
+    """One figure against its target, as ``./run bench all`` prints it, and the floor's.
+
+    The floor is what the same path costs with nothing of the sidecar's in it: the
+    engines and the least SPEC §3 asks of any design (``_floor_proxy.py``), or the
+    reference a target is set against (the bare relay, the group-commit server).  A
+    target the floor misses too is out of the sidecar's reach on that machine; one the
+    floor meets and the sidecar misses is the sidecar's own gap."""
 
     path: str
     figure: str
     target: str
     met: bool | None  # None: a figure to report, with no pass mark
+    floor: str | None = None  # the floor's figure for the same target; None: no floor
+    floor_met: bool | None = None
 
 
 @dataclass
@@ -79,14 +87,28 @@ class Output:
     checks: list[Check] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
 
-    def check(self, path: str, figure: str, target: str, met: bool | None) -> None:
-        self.checks.append(Check(path, figure, target, None if met is None else bool(met)))
+    def check(
+        self,
+        path: str,
+        figure: str,
+        target: str,
+        met: bool | None,
+        floor: tuple[str, bool] | None = None,
+    ) -> None:
+        """One line; ``floor`` is the floor's figure and whether it meets the target."""
+        self.checks.append(
+            Check(
+                path,
+                figure,
+                target,
+                None if met is None else bool(met),
+                None if floor is None else floor[0],
+                None if floor is None else bool(floor[1]),
+            )
+        )
 
     def print_checks(self) -> None:
-        print("\n| path | figure | target | met? |")
-        print("|---|---|---|---|")
-        for c in self.checks:
-            print(f"| {c.path} | {c.figure} | {c.target} | {met_text(c.met)} |")
+        print_table([asdict(c) for c in self.checks])
 
     def write(self, path: str | None) -> None:
         if path:
@@ -104,6 +126,27 @@ class Output:
 
 def met_text(met: bool | None) -> str:
     return "-" if met is None else "yes" if met else "no"
+
+
+def print_table(checks: list[dict[str, Any]]) -> None:
+    """The checks as one table, then how many are met, and of those not met, whose gap
+    each is: the floor's too (the engines' on this machine) or the sidecar's own."""
+    print("| path | figure | target | met? | floor: figure, met? |")
+    print("|---|---|---|---|---|")
+    for c in checks:
+        floor = "-" if c.get("floor") is None else f"{c['floor']}: {met_text(c['floor_met'])}"
+        print(f"| {c['path']} | {c['figure']} | {c['target']} | {met_text(c['met'])} | {floor} |")
+    marked = [c for c in checks if c["met"] is not None]
+    missed = [c for c in marked if not c["met"]]
+    print(f"\n{len(marked) - len(missed)} of {len(marked)} targets met")
+    if missed:
+        engines = sum(c.get("floor_met") is False for c in missed)
+        ours = sum(c.get("floor_met") is True for c in missed)
+        print(
+            f"of the {len(missed)} not met: {engines} missed by the floor too (the engines' "
+            f"bound on this machine), {ours} met by the floor (the sidecar's own gap), "
+            f"{len(missed) - engines - ours} without a floor"
+        )
 
 
 def rss_mib(pid: int) -> float:
