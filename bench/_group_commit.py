@@ -2,21 +2,27 @@
 
 sqlite3 in WAL with ``synchronous=FULL``; every write is queued, and one committer takes
 every write waiting and commits them in one transaction in a worker thread (group
-commit), each statement's rows with one ``executemany``.  No domain logic, no audit, no
-metrics: what a durable write costs in Python and nothing more.  Used by the control
-API's in-process loop (``control_api.py``) and reference server
-(``group_commit_server.py``), and by the proxy's floor (``_floor_proxy.py``).
+commit), each statement's rows with one ``executemany``, then each step queued (a
+function of the connection whose result its caller needs, such as a fenced append) in
+order.  No domain logic, no audit, no metrics: what a durable write costs in Python and
+nothing more.  Used by the control API's in-process loop (``control_api.py``) and
+reference server (``group_commit_server.py``), and by the proxy's floor
+(``_floor_proxy.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 type Params = tuple[Any, ...]
-type Job = tuple[str, Params, asyncio.Future[None]]
+#: Run on the connection inside a batch's transaction; what it returns is its result.
+type Step = Callable[[sqlite3.Connection], Any]
+#: A statement and its row, or a step; and the future its result goes to.
+type Job = tuple[str | Step, Params, asyncio.Future[Any]]
 
 
 def open_db(path: Path, *schema: str) -> sqlite3.Connection:
@@ -44,18 +50,26 @@ class GroupCommitter:
         if self._task is not None:
             self._task.cancel()
 
-    def write(self, sql: str, params: Params) -> asyncio.Future[None]:
+    def write(self, sql: str, params: Params) -> asyncio.Future[Any]:
         """Queue one statement; the future set once the transaction holding it is
         committed (a plain function: no coroutine frame per write to create and resume)."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((sql, params, done))
         return done
 
-    def _commit(self, writes: dict[str, list[Params]]) -> None:
+    def apply(self, step: Step) -> asyncio.Future[Any]:
+        """Queue ``step``; the future holds its result once its transaction is committed."""
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((step, (), done))
+        return done
+
+    def _commit(self, writes: dict[str, list[Params]], steps: list[Step]) -> list[Any]:
         self._db.execute("BEGIN IMMEDIATE")
         for sql, rows in writes.items():
             self._db.executemany(sql, rows)
+        results = [step(self._db) for step in steps]
         self._db.execute("COMMIT")
+        return results
 
     async def _run(self) -> None:
         while True:
@@ -63,8 +77,12 @@ class GroupCommitter:
             while not self._queue.empty():
                 jobs.append(self._queue.get_nowait())
             writes: dict[str, list[Params]] = {}
-            for sql, params, _ in jobs:
-                writes.setdefault(sql, []).append(params)
-            await asyncio.to_thread(self._commit, writes)
-            for _, _, done in jobs:
-                done.set_result(None)
+            steps: list[Step] = []
+            for what, params, _ in jobs:
+                if isinstance(what, str):
+                    writes.setdefault(what, []).append(params)
+                else:
+                    steps.append(what)
+            results = iter(await asyncio.to_thread(self._commit, writes, steps))
+            for what, _, done in jobs:
+                done.set_result(None if isinstance(what, str) else next(results))
