@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -37,6 +36,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiohttp
 
+from sidecar.agent import private_dir
 from sidecar.agent.isolation import jks, netns, resolv
 from sidecar.agent.isolation.forward import Forwarder
 from sidecar.agent.leasekeeper import ControlLeases, Held, LeaseKeeper
@@ -261,8 +261,9 @@ async def run(
             held = await keeper.acquire(wait_s, notes.waiting)
             notes.say(claim_line(held, worker))
             # Private (0700) and removed after: the checkpoint's outputs may be sensitive.
-            with tempfile.TemporaryDirectory(prefix="sidecar-exec-") as private:
-                folder = Path(private)
+            # Those an exec killed before it could remove its own go first.
+            private_dir.sweep()
+            with private_dir.private_dir() as folder:
                 checkpoint_file = write_last_checkpoint(folder, held.last_checkpoint)
                 env = agent_environment(
                     dict(os.environ),

@@ -206,3 +206,40 @@ def test_a_lost_lease_is_recorded_as_lease_lost(sidecar_process, tmp_path):
     assert old["exit"]["lease_lost"] is True
     assert new["how"] == "current"
     assert "lease lost" in table
+
+
+def test_the_private_directory_of_a_killed_exec_is_removed_by_the_next_one(
+    sidecar_process, tmp_path
+):
+    _, url, _ = sidecar_process
+    first = post(f"{url}/v1/tasks/t-killed/claim", {"worker": "w", "ttl_s": 60})
+    token = {"attempt_id": first["attempt_id"], "generation": first["generation"]}
+    post(f"{url}/v1/tasks/t-killed/checkpoints", token | {"stage": "S", "outputs": {"k": "v"}})
+    post(f"{url}/v1/tasks/t-killed/release", token)
+    said = tmp_path / "agent.json"
+    agent = (
+        "import json, os, time; json.dump({'path': os.environ['SIDECAR_LAST_CHECKPOINT'], "
+        f"'pid': os.getpid()}}, open({str(said)!r}, 'w')); time.sleep(120)"
+    )
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "exec", "--control", url, "--task", "t-killed",
+         "--", *python_agent(agent)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (said.exists() and said.stat().st_size) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen = json.loads(said.read_text())
+    finally:
+        killed.kill()  # SIGKILL: the exec cannot remove its directory
+        killed.wait()
+    os.kill(seen["pid"], 9)  # its agent, orphaned by the kill
+    folder = Path(seen["path"]).parent
+    assert folder.is_dir(), "the killed exec left its private directory"
+    assert json.loads(Path(seen["path"]).read_text())["outputs"] == {"k": "v"}
+
+    after = run_exec(url, "t-after", *python_agent("pass"))
+
+    assert after.returncode == 0, after.stderr
+    assert not folder.exists(), "the next exec removed it"
