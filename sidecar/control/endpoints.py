@@ -8,6 +8,7 @@ every route rejects malformed JSON and unknown fields the same way.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -59,6 +60,12 @@ def plainly_storable(raw: bytes) -> bool:
     )
 
 
+#: An answer's model, or where it is defined (``"package.module:Name"``): a route an
+#: operator calls now and then (the review, the resume check) then imports its module
+#: when it first runs or the OpenAPI document is made, not with every sidecar.
+type ModelRef = type[BaseModel] | str
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     method: str
@@ -67,11 +74,19 @@ class Endpoint:
     handler_name: str
     body: type[BaseModel] | None
     status: int
-    answer: type[BaseModel] | None
+    answer: ModelRef | None
     content_type: str
     problems: tuple[str, ...]
     tag: str
     paginated: bool = False
+
+    @property
+    def answer_model(self) -> type[BaseModel] | None:
+        if self.answer is None or isinstance(self.answer, type):
+            return self.answer
+        module, _, name = self.answer.partition(":")
+        model: type[BaseModel] = getattr(importlib.import_module(module), name)
+        return model
 
 
 @dataclass
@@ -88,7 +103,7 @@ class Api:
         summary: str,
         body: type[BaseModel] | None = None,
         status: int = 200,
-        answer: type[BaseModel] | None = None,
+        answer: ModelRef | None = None,
         content_type: str = "application/json",
         problems: tuple[str, ...] = (),
         paginated: bool = False,

@@ -37,7 +37,7 @@ def build(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
     statuses = _problem_statuses()
     models: set[type[BaseModel]] = {Problem}
     for e in endpoints:
-        models.update(m for m in (e.body, e.answer) if m is not None)
+        models.update(m for m in (e.body, e.answer_model) if m is not None)
     modes: list[tuple[type[BaseModel], Any]] = []
     for model in sorted(models, key=lambda m: m.__name__):
         is_request = any(e.body is model for e in endpoints)
@@ -111,9 +111,10 @@ def build(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
 
 
 def _answer(e: Endpoint, keys: dict[Any, Any]) -> dict[str, Any]:
-    if e.answer is None:
+    model = e.answer_model
+    if model is None:
         return {"description": e.summary, "content": {e.content_type: {"schema": {}}}}
     return {
         "description": e.summary,
-        "content": {e.content_type: {"schema": keys[(e.answer, "serialization")]}},
+        "content": {e.content_type: {"schema": keys[(model, "serialization")]}},
     }

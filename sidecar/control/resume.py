@@ -19,9 +19,6 @@ from pydantic import Field
 from sidecar.control.endpoints import TASK_PROBLEMS, Api, json_answer, parse_body, task_param
 from sidecar.control.keys import CLOCK, RULES, STORE, UPSTREAM
 from sidecar.control.schemas import Request
-from sidecar.resume.checklist import run_checklist
-from sidecar.resume.model import Report
-from sidecar.resume.probing import Prober
 from sidecar.rules import RuleSet
 
 api = Api("resume")
@@ -48,10 +45,14 @@ class ResumeCheckRequest(Request):
     "fencing, and the verdict (exit_code 0 safe, 3 CANNOT DETERMINE, 4 lease held, 5 "
     "store unavailable). Claims nothing and records nothing.",
     body=ResumeCheckRequest,
-    answer=Report,
+    answer="sidecar.resume.model:Report",
     problems=TASK_PROBLEMS,
 )
 async def resume_check(request: web.Request) -> web.Response:
+    # The checklist's modules load with the first check asked for, not with every sidecar.
+    from sidecar.resume.checklist import run_checklist  # noqa: PLC0415
+    from sidecar.resume.probing import Prober  # noqa: PLC0415
+
     task = task_param(request)
     body = await parse_body(request, ResumeCheckRequest)
     rules = request.app.get(RULES) or RuleSet()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
@@ -24,8 +25,9 @@ from sidecar.control.endpoints import STORE_PROBLEMS, Api, json_answer, task_par
 from sidecar.control.keys import CLOCK, STORE
 from sidecar.errors import InvalidRequest
 from sidecar.review import SCRATCH_PREFIX
-from sidecar.review.collect import collect
-from sidecar.review.figures import Review
+
+if TYPE_CHECKING:
+    from sidecar.review.figures import Review
 
 api = Api("review")
 DEFAULT_SINCE = "30d"
@@ -46,7 +48,7 @@ class ScratchRemoved(BaseModel):
     summary="The monthly review's figures since ?since= (a duration: 30d, 12h, 90m; "
     "default 30d): replays, what waited for a human, uncovered writes, refused stale "
     "writes, stage durations against the lease. Read-only.",
-    answer=Review,
+    answer="sidecar.review.figures:Review",
     problems=STORE_PROBLEMS,
 )
 async def review(request: web.Request) -> web.Response:
@@ -61,6 +63,9 @@ async def _figures(request: web.Request) -> Review:
         raise InvalidRequest(f"since must be a duration such as 30d, 12h or 90m: {exc}") from exc
     if back > timedelta(days=3660):
         raise InvalidRequest("since must be at most 3660d")
+    # The review's modules load with the first review asked for, not with every sidecar.
+    from sidecar.review.collect import collect  # noqa: PLC0415
+
     now = request.app[CLOCK].now()
     return await collect(request.app[STORE], now - back, now, source=str(request.url.origin()))
 
