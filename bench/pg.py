@@ -73,6 +73,7 @@ SELECT_ONLY, TPCB, INSERT = "select-only (-S)", "TPC-B-like", "INSERT, 1 stateme
 DIRECT, BARE, BOUNCER = "direct", "bare relay", "pgbouncer"
 SIDECAR, PACKED = "sidecar, no SQL rules", "sidecar, postgres pack"
 EXTRA, RECORDED = "direct, + extra INSERT in a tx", "sidecar recorded"
+FLOOR = "floor: durable relay, record in the query"
 
 INSERT_SQL = """\
 \\set id random(1, 1000000000000)
@@ -85,6 +86,14 @@ INSERT INTO bench_effects (id, note) VALUES (:id, 'x');
 INSERT INTO bench_extra (task, key, statement) VALUES ('bench', (:id)::text, 'INSERT') \
 ON CONFLICT (task, key) DO NOTHING RETURNING 1;
 COMMIT;
+"""
+# The floor's statement: the record and the INSERT in one transaction sent as one query
+# (pgbench's "\;" joins them), through bare_relay.py --durable.
+INSERT_FLOOR_SQL = """\
+\\set id random(1, 1000000000000)
+BEGIN \\; INSERT INTO bench_extra (task, key, statement) VALUES ('bench', (:id)::text, \
+'INSERT') ON CONFLICT (task, key) DO NOTHING RETURNING 1 \\; \
+INSERT INTO bench_effects (id, note) VALUES (:id, 'x') \\; COMMIT;
 """
 TABLES = """
 CREATE TABLE bench_effects (id bigint NOT NULL, note text NOT NULL);
@@ -274,11 +283,18 @@ def measure(args: argparse.Namespace, root: Path, database: str) -> tuple[int, i
     insert, extra = root / "insert.sql", root / "insert_extra.sql"
     insert.write_text(INSERT_SQL)
     extra.write_text(INSERT_EXTRA_SQL)
+    least = root / "insert_floor.sql"
+    least.write_text(INSERT_FLOOR_SQL)
     (root / "rules.yaml").write_text(RECORD_RULES)
     with ExitStack() as stack:
         bare = stack.enter_context(
             Child([sys.executable, str(HERE / "bare_relay.py"), "--listen", f"{HOST}:0",
                    "--upstream", f"{HOST}:{PORT}"], stderr_path=root / "bare_relay.log")
+        )  # fmt: skip
+        durable = stack.enter_context(
+            Child([sys.executable, str(HERE / "bare_relay.py"), "--listen", f"{HOST}:0",
+                   "--upstream", f"{HOST}:{PORT}", "--durable", str(root / "floor.db")],
+                  stderr_path=root / "floor_relay.log")
         )  # fmt: skip
         plain = stack.enter_context(sidecar(root, "sidecar", HERE / "proxy-rules.yaml"))
         packed = stack.enter_context(sidecar(root, "sidecar-packed", packs_dir() / "postgres.yaml"))
@@ -312,11 +328,15 @@ def measure(args: argparse.Namespace, root: Path, database: str) -> tuple[int, i
         recorded_total = 1
         # (workload, its pgbench arguments per route)
         plain_route = next(r for r in main_routes if r.name == SIDECAR)
+        bare_route = next(r for r in main_routes if r.name == BARE)
+        floor_route = Route(FLOOR, int(durable.wait_for(r"ready [\d.]+:(\d+)")[1]), durable.pid)
         inserts = [
             (direct, ["-f", str(insert)]),
             (Route(EXTRA, PORT), ["-f", str(extra)]),
             (plain_route, ["-f", str(insert)]),
             (recorded, ["-f", str(insert)]),
+            (bare_route, ["-f", str(insert)]),  # the floor's unrecorded statement
+            (floor_route, ["-f", str(least)]),
         ]
         cases: list[tuple[str, list[tuple[Route, list[str]]]]] = [
             (SELECT_ONLY, [(r, ["-S"]) for r in main_routes]),
@@ -439,13 +459,22 @@ def checks(out: Output, median: Callable[[str, int, str], tuple[float, float] | 
                 )
     for clients in CLIENTS:
         plain, recorded = median(INSERT, clients, SIDECAR), median(INSERT, clients, RECORDED)
+        least, bare = median(INSERT, clients, FLOOR), median(INSERT, clients, BARE)
         if plain and recorded:
             x = per_round(INSERT, clients, RECORDED, SIDECAR)
+            fl = per_round(INSERT, clients, FLOOR, BARE) if least and bare else None
             out.check(
                 f"PostgreSQL relay, recorded INSERT c={clients}: TPS vs unrecorded",
                 f"{recorded[0]:,.0f} / {plain[0]:,.0f}, {x.median:.2f}x ({x.spread('.2f')})",
                 "≥ 0.5x",
                 x.median >= 0.5,
+                None
+                if fl is None or least is None
+                else (
+                    f"{least[0]:,.0f} tps vs the bare relay's, {fl.median:.2f}x "
+                    f"({fl.spread('.2f')})",
+                    fl.median >= 0.5,
+                ),
             )
     out.figures["runs"] = {
         f"{workload} c={clients} {name}": [vars(r) for r in runs]
