@@ -65,9 +65,13 @@ class GroupCommitter:
 
     def _commit(self, writes: dict[str, list[Params]], steps: list[Step]) -> list[Any]:
         self._db.execute("BEGIN IMMEDIATE")
-        for sql, rows in writes.items():
-            self._db.executemany(sql, rows)
-        results = [step(self._db) for step in steps]
+        try:
+            for sql, rows in writes.items():
+                self._db.executemany(sql, rows)
+            results = [step(self._db) for step in steps]
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
         self._db.execute("COMMIT")
         return results
 
@@ -83,6 +87,11 @@ class GroupCommitter:
                     writes.setdefault(what, []).append(params)
                 else:
                     steps.append(what)
-            results = iter(await asyncio.to_thread(self._commit, writes, steps))
+            try:
+                results = iter(await asyncio.to_thread(self._commit, writes, steps))
+            except Exception as failed:  # the batch's writers see it; the queue goes on
+                for _, _, done in jobs:
+                    done.set_exception(failed)
+                continue
             for what, _, done in jobs:
                 done.set_result(None if isinstance(what, str) else next(results))
