@@ -66,10 +66,11 @@ class Check:
     """One figure against its target, as ``./run bench all`` prints it, and the floor's.
 
     The floor is what the same path costs with nothing of the sidecar's in it: the
-    engines and the least SPEC §3 asks of any design (``_floor_proxy.py``), or the
-    reference a target is set against (the bare relay, the group-commit server).  A
-    target the floor misses too is out of the sidecar's reach on that machine; one the
-    floor meets and the sidecar misses is the sidecar's own gap."""
+    engines and the least SPEC §3 asks of any design (``_floor_proxy.py``,
+    ``bare_relay.py --durable``, ``group_commit_server.py --fenced``), or the reference
+    a target is set against (the bare relay for pass-through).  A target the floor
+    misses too is out of the sidecar's reach on that machine; one the floor meets and
+    the sidecar misses is the sidecar's own gap."""
 
     path: str
     figure: str
@@ -156,17 +157,21 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def _stat(pid: int) -> list[str]:
+    """``/proc/PID/stat`` from its third field on (after the command name's ")")."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system, all threads) process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def minor_faults(pid: int) -> int:
     """Minor page faults process ``pid`` has taken so far (all threads): pages it touched
     for the first time, e.g. a large buffer freshly mapped for each request."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[7])
+    return int(_stat(pid)[7])
 
 
 def listening_port(pid: int) -> int | None:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from _group_commit import GroupCommitter, open_db
@@ -44,9 +45,17 @@ def host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+#: What a copy loop awaits before it passes a chunk on (the floor's durable write).
+type Hold = Callable[[bytes], Awaitable[None]]
+
+
+async def copy(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hold: Hold | None = None
+) -> None:
     try:
         while data := await reader.read(READ_SIZE):
+            if hold is not None:
+                await hold(data)
             writer.write(data)
             await writer.drain()
     finally:
@@ -55,7 +64,7 @@ async def copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
 
 
 class Recorded:
-    """One connection's two copy loops, each chunk held until its row is durable."""
+    """One connection's holds: a query's pending row, then its answer's, made durable."""
 
     ids = itertools.count(1)
 
@@ -63,31 +72,16 @@ class Recorded:
         self.commits = commits
         self.waiting: int | None = None  # the statement whose answer comes next
 
-    async def requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(READ_SIZE):
-                if data[:1] == b"Q":
-                    statement = next(self.ids)
-                    row = (statement, data, time.time_ns() // 1000)
-                    await self.commits.write(PENDING, row)
-                    self.waiting = statement
-                writer.write(data)
-                await writer.drain()
-        finally:
-            with contextlib.suppress(Exception):
-                writer.close()
+    async def request(self, data: bytes) -> None:
+        if data[:1] == b"Q":
+            statement = next(self.ids)
+            await self.commits.write(PENDING, (statement, data, time.time_ns() // 1000))
+            self.waiting = statement
 
-    async def answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(READ_SIZE):
-                if (statement := self.waiting) is not None:
-                    self.waiting = None
-                    await self.commits.write(ANSWERED, (data, time.time_ns() // 1000, statement))
-                writer.write(data)
-                await writer.drain()
-        finally:
-            with contextlib.suppress(Exception):
-                writer.close()
+    async def answer(self, data: bytes) -> None:
+        if (statement := self.waiting) is not None:
+            self.waiting = None
+            await self.commits.write(ANSWERED, (data, time.time_ns() // 1000, statement))
 
 
 async def serve(listen: tuple[str, int], upstream: tuple[str, int], durable: Path | None) -> None:
@@ -99,14 +93,12 @@ async def serve(listen: tuple[str, int], upstream: tuple[str, int], durable: Pat
         except OSError:
             writer.close()
             return
+        recorded = None if commits is None else Recorded(commits)
         with contextlib.suppress(ConnectionError):
-            if commits is None:
-                await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
-            else:
-                recorded = Recorded(commits)
-                await asyncio.gather(
-                    recorded.requests(reader, up_writer), recorded.answers(up_reader, writer)
-                )
+            await asyncio.gather(
+                copy(reader, up_writer, None if recorded is None else recorded.request),
+                copy(up_reader, writer, None if recorded is None else recorded.answer),
+            )
 
     server = await asyncio.start_server(accept, *listen)
     if commits is not None:

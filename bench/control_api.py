@@ -24,8 +24,8 @@ for ``--seconds``; rounds interleave the rows, in reverse order every other roun
 table shows the median over rounds and the spread (min-max) of writes/s, and for the
 server rows the CPU the server process (all its threads) spent per call; the check
 compares the API with the reference, and the floor with the reference, by the median of
-their per-round ratios, and shows their CPU
-per checkpoint too, which the load of other work on the machine moves far less.
+their per-round ratios, and shows their CPU per checkpoint too, which the load of other
+work on the machine moves far less.
 ``--http-only`` runs only the servers' checkpoint rows (what ``./run bench all``
 checks); ``--json PATH`` writes the checks against the targets.
 """

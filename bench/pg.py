@@ -462,19 +462,17 @@ def checks(out: Output, median: Callable[[str, int, str], tuple[float, float] | 
         least, bare = median(INSERT, clients, FLOOR), median(INSERT, clients, BARE)
         if plain and recorded:
             x = per_round(INSERT, clients, RECORDED, SIDECAR)
-            fl = per_round(INSERT, clients, FLOOR, BARE) if least and bare else None
+            floor = None
+            if least and bare:
+                fl = per_round(INSERT, clients, FLOOR, BARE)
+                text = f"{least[0]:,.0f} tps vs the bare relay's, {fl.median:.2f}x"
+                floor = (f"{text} ({fl.spread('.2f')})", fl.median >= 0.5)
             out.check(
                 f"PostgreSQL relay, recorded INSERT c={clients}: TPS vs unrecorded",
                 f"{recorded[0]:,.0f} / {plain[0]:,.0f}, {x.median:.2f}x ({x.spread('.2f')})",
                 "≥ 0.5x",
                 x.median >= 0.5,
-                None
-                if fl is None or least is None
-                else (
-                    f"{least[0]:,.0f} tps vs the bare relay's, {fl.median:.2f}x "
-                    f"({fl.spread('.2f')})",
-                    fl.median >= 0.5,
-                ),
+                floor,
             )
     out.figures["runs"] = {
         f"{workload} c={clients} {name}": [vars(r) for r in runs]
