@@ -9,6 +9,7 @@ exactly as the upstream sent them (no decompression), so a replay is byte for by
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +36,13 @@ _HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
+
+
+@functools.lru_cache(maxsize=256)
+def _origin(scheme: str, host: str, port: int | None) -> URL:
+    """``scheme://host:port``, the host encoded as a URL holds it (IDNA, IPv6 brackets);
+    kept, as requests go to the same few."""
+    return URL.build(scheme=scheme, host=host, port=port)
 
 
 class UpstreamError(Exception):
@@ -97,12 +105,25 @@ class Upstream:
             self._session = None
 
     def url(self, scheme: str, host: str, port: int | None, path_and_query: str) -> URL:
-        """Where a request for ``scheme://host:port/path?query`` really goes (routes applied)."""
+        """Where a request for ``scheme://host:port/path?query`` really goes (routes
+        applied), its path and query exactly as the agent sent them.
+
+        Not resolved against the origin as a relative reference (RFC 3986 §5.2) would
+        be: that reads ``//other.host/x`` as another host, and drops ``..`` and ``.``
+        segments, so the sidecar would send somewhere, or something, other than what it
+        recorded and what its rule matched.  A proxy passes the target on as it is."""
         target = self._routes.target(host)
         if target is not None:
             scheme, host, port = target.scheme, target.host, target.port
-        base = URL.build(scheme=scheme, host=host, port=port)
-        return base.join(URL(path_and_query, encoded=True))
+        origin = _origin(scheme, host, port)
+        path, _, query = path_and_query.partition("?")
+        return URL.build(
+            scheme=origin.scheme,
+            authority=origin.raw_authority,
+            path=path if path.startswith("/") else f"/{path}",
+            query_string=query,
+            encoded=True,  # as sent: nothing re-quoted, nothing resolved
+        )
 
     async def send(
         self,

@@ -82,3 +82,35 @@ async def test_a_connection_closed_after_the_request_may_have_been_sent(
         error = await send(upstream, f"http://127.0.0.1:{port}/charges")
     assert received.is_set()
     assert error.sent is True
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "//elsewhere.test/steal?token=1",  # a path, not another host
+        "/repos/acme/app/contents/a/../b",  # dot segments are the API's to read
+        "/v1/./charges?expand[]=customer&note=%2F",  # query and escapes as they came
+    ],
+)
+async def test_an_effect_goes_to_its_own_host_with_its_target_as_sent(target: str) -> None:
+    request_lines: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        request_lines.append(head.split(b"\r\n", 1)[0])
+        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = Upstream(Routes.parse([f"api.test=http://127.0.0.1:{port}"]))
+    await client.start()
+    try:
+        async with server:
+            url = client.url("https", "api.test", None, target)
+            reply = await client.send("POST", url, [("Host", "api.test")], b"{}", timeout_s=5)
+    finally:
+        await client.close()
+    assert reply.status == 201
+    assert request_lines == [f"POST {target} HTTP/1.1".encode()]
