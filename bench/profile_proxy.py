@@ -2,6 +2,7 @@
 
     ./run bench profile_proxy [--row recorded|replayed|pass-through|recorded-1mib]
                               [--clients 1] [--requests 3000] [--rate 400] [--raw PATH]
+                              [--proxy sidecar|floor]
 
 Starts the counting upstream and ``sidecar serve`` as ``bench proxy`` does (its rule
 file, its route), drives ``--requests`` requests of the row from ``--clients`` clients
@@ -14,10 +15,12 @@ request:
 
 * mitmproxy and asyncio - the proxy engine: connections, HTTP/1 parsing and body
   buffering, its layers and hook dispatch, the event loop - every sample with no frame of
-  the sidecar's own below mitmproxy's hook call (the body limit's wrappers around two of
-  mitmproxy's HTTP states do not count as the sidecar's);
-* the sidecar's effect path - rules, binding, guard, addons, and the library calls they
-  make (building the answer, parsing headers), the JSON work of the fingerprint apart;
+  the sidecar's own below mitmproxy's hook call (mitmproxy as the sidecar embeds it - its
+  hook dispatcher, the body limit's wrappers around two of its HTTP states - counts as
+  the engine: the floor embeds it the same way);
+* own effect path - the sidecar's rules, binding, guard, addons, and the library calls
+  they make (building the answer, parsing headers), the JSON work of the fingerprint
+  apart; for the floor, its addon;
 * JSON canonical body - ``json`` parsing and dumping the body for the fingerprint (and
   the request summary);
 * forwarding client - aiohttp sending a recorded effect upstream (``proxy/upstream.py``);
@@ -25,9 +28,14 @@ request:
 * store writer thread - building rows and SQLite (its ``COMMIT`` waits on the disk
   without the GIL, so it is not in these samples).
 
-Then the 15 functions of the sidecar's own with the most samples below them.  py-spy comes
-with the dev install (pyproject.toml).  Compare components of one run; the ms figures
-move with the machine.
+Then the 15 functions of the sidecar's own with the most samples below them.
+
+``--proxy floor`` profiles the floor proxy (``bench/_floor_proxy.py``, as ``bench proxy``
+runs it) on the same row instead, its own code (the addon and its group commit) in
+place of the sidecar's, in the same components: what the engine costs the floor, next
+to what it costs the sidecar, is how a gap is told to be the engine's or the sidecar's.
+py-spy comes with the dev install (pyproject.toml).  Compare components of one run
+(or of two runs close together); the ms figures move with the machine.
 """
 
 from __future__ import annotations
@@ -48,14 +56,14 @@ from pathlib import Path
 
 import aiohttp
 from _common import cpu_seconds, minor_faults
-from proxy import BIG_BODY, sidecar, sidecar_ready
+from proxy import BIG_BODY, floor, sidecar, sidecar_ready
 
 from sidecar.testing.processes import Child
 
 ROWS = ("recorded", "replayed", "pass-through", "recorded-1mib")
 COMPONENTS = (
     "mitmproxy and asyncio",
-    "the sidecar's effect path",
+    "own effect path",
     "JSON canonical body",
     "forwarding client (aiohttp)",
     "store, event-loop side",
@@ -63,8 +71,21 @@ COMPONENTS = (
 )
 
 
+#: The floor's own files (run as a script, py-spy names them without a folder): its addon
+#: and its group commit.
+FLOOR_FILES = ("(_floor_proxy.py)", "(_group_commit.py)")
+#: The floor's functions that start it and run the loop: below everything, no one's work.
+FLOOR_ENTRY = ("<module> ", "main ", "serve ")
+#: What both proxies run as the engine: mitmproxy embedded, its hooks dispatched and two
+#: of its HTTP states wrapped for the body limit (the floor embeds it the same way).
+EMBEDDING = ("sidecar/proxy/body_limit.py", "sidecar/proxy/embed.py", "sidecar/proxy/dispatch.py")
+
+
 def is_ours(frame: str) -> bool:
-    """A frame of the sidecar's own code, below its command line (which runs the loop)."""
+    """A frame of the profiled proxy's own code: the sidecar's below its command line
+    (which runs the loop), or the floor's below its entry point."""
+    if any(name in frame for name in FLOOR_FILES):
+        return not frame.startswith(FLOOR_ENTRY)
     return "sidecar/" in frame and "sidecar/cli/" not in frame and "sidecar/__main__" not in frame
 
 
@@ -72,18 +93,18 @@ def component(frames: list[str]) -> str:
     """Which component one sampled stack (outermost frame first) counts for."""
     if "MainThread" not in frames[0]:  # py-spy's first "frame" names the thread
         return "store writer thread"  # the only other thread that runs Python
-    # The body limit wraps two of mitmproxy's HTTP states: what runs inside is the engine's.
-    ours = [f for f in frames if is_ours(f) and "sidecar/proxy/body_limit.py" not in f]
+    ours = [f for f in frames if is_ours(f) and not any(name in f for name in EMBEDDING)]
     if not ours:
         return "mitmproxy and asyncio"
     below = frames[frames.index(ours[0]) :]
     if any("aiohttp/" in f or "Upstream.send" in f for f in below):
         return "forwarding client (aiohttp)"
-    if any("sidecar/store/" in f or "Recorder.durably" in f for f in below):
+    store = ("sidecar/store/", "Recorder.durably", "(_group_commit.py)")
+    if any(name in f for f in below for name in store):
         return "store, event-loop side"
     if any(f.startswith(("loads (json/", "dumps (json/")) for f in below):
         return "JSON canonical body"
-    return "the sidecar's effect path"
+    return "own effect path"
 
 
 def read_samples(raw: Path) -> list[tuple[list[str], int]]:
@@ -95,7 +116,9 @@ def read_samples(raw: Path) -> list[tuple[list[str], int]]:
     return samples
 
 
-def report(samples: list[tuple[list[str], int]], requests: int, rate: int, cpu_ms: float) -> None:
+def report(
+    samples: list[tuple[list[str], int]], requests: int, rate: int, cpu_ms: float, who: str
+) -> None:
     per_sample_ms = 1000 / rate
     total = sum(n for _, n in samples) or 1
     by_component: collections.Counter[str] = collections.Counter()
@@ -104,14 +127,14 @@ def report(samples: list[tuple[list[str], int]], requests: int, rate: int, cpu_m
         by_component[component(frames)] += n
         for f in {f for f in frames if is_ours(f)}:
             by_function[f] += n
-    print(f"\nsidecar CPU per request (/proc, all threads): {cpu_ms:.3f} ms")
+    print(f"\n{who} CPU per request (/proc, all threads): {cpu_ms:.3f} ms")
     print(f"GIL-held samples: {total} at {rate}/s over {requests} requests\n")
     print("| component | share of samples | ms per request |")
     print("|---|---:|---:|")
     for name in COMPONENTS:
         n = by_component[name]
         print(f"| {name} | {n / total:.1%} | {n * per_sample_ms / requests:.3f} |")
-    print("\n| the sidecar's own function (inclusive) | ms per request |")
+    print(f"\n| the {who}'s own function (inclusive) | ms per request |")
     print("|---|---:|")
     for name, n in by_function.most_common(15):
         print(f"| {name} | {n * per_sample_ms / requests:.3f} |")
@@ -120,14 +143,10 @@ def report(samples: list[tuple[list[str], int]], requests: int, rate: int, cpu_m
 async def profile(args: argparse.Namespace, root: Path) -> None:
     upstream = Child.python("sidecar.testing.upstream", stderr_path=root / "upstream.log")
     up = upstream.wait_for(r"upstream ready (\S+)").group(1)
-    side = sidecar(root, "profile", up)
+    side = floor(root, up) if args.proxy == "floor" else sidecar(root, "profile", up)
     with upstream, side:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as http:
-            control, proxy = await sidecar_ready(side, http)
-            claim_url = f"{control}/v1/tasks/bench/claim"
-            async with http.post(claim_url, json={"worker": "b", "ttl_s": 3600}) as r:
-                attempt = (await r.json())["attempt_id"]
-            auth = {"Proxy-Authorization": aiohttp.encode_basic_auth("bench", attempt)}
+            proxy, auth = await attach(args.proxy, side, http)
             op = row_op(args.row, http, proxy, auth)
             await op()  # the effect replayed is recorded first
             await many(op, 100, args.clients)
@@ -147,8 +166,23 @@ async def profile(args: argparse.Namespace, root: Path) -> None:
             await asyncio.to_thread(spy.wait, 60)
     if args.raw:
         shutil.copyfile(raw, args.raw)
-    report(read_samples(raw), args.requests, args.rate, cpu_ms)
-    print(f"sidecar minor page faults per request: {faults:.0f}")
+    report(read_samples(raw), args.requests, args.rate, cpu_ms, args.proxy)
+    print(f"{args.proxy} minor page faults per request: {faults:.0f}")
+
+
+async def attach(
+    which: str, side: Child, http: aiohttp.ClientSession
+) -> tuple[str, dict[str, str]]:
+    """The started proxy's URL, and the credentials its effects are sent with: the
+    sidecar's bind them to an attempt of task ``bench`` (claimed here); the floor has none."""
+    if which == "floor":
+        return (await asyncio.to_thread(side.wait_for, r"floor ready (\S+)", 60.0)).group(1), {}
+    control, proxy = await sidecar_ready(side, http)
+    async with http.post(
+        f"{control}/v1/tasks/bench/claim", json={"worker": "b", "ttl_s": 3600}
+    ) as r:
+        attempt = (await r.json())["attempt_id"]
+    return proxy, {"Proxy-Authorization": aiohttp.encode_basic_auth("bench", attempt)}
 
 
 def row_op(
@@ -198,6 +232,7 @@ def main() -> None:
     options.add_argument("--requests", type=int, default=3000)
     options.add_argument("--rate", type=int, default=400, help="py-spy samples per second")
     options.add_argument("--raw", help="also keep py-spy's stacks (its raw format) here")
+    options.add_argument("--proxy", choices=("sidecar", "floor"), default="sidecar")
     args = options.parse_args()
     if args.row == "recorded-1mib":
         args.requests = min(args.requests, 300)
