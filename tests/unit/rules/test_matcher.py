@@ -122,6 +122,46 @@ def test_may_match_host_answers_the_same_when_asked_again_and_past_its_memory(mo
     assert (long, 443) not in rules._hosts
 
 
+RULES_ON_SEVERAL_HOSTS = [
+    make("a", host="*.example.com", method="POST", path="/v1/{thing}"),
+    make("b", host=["x.org:8443", "api.example.com"], method=["PUT", "POST"], path="/{rest*}"),
+    make("c", host="x.org", path="/v1/charges", headers={"x-env": "live"}),
+    make("d", host="*", method="DELETE"),
+]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
+            st.sampled_from(["api.example.com", "X.org", "other.net", "[::1]"]),
+            st.sampled_from([None, 443, 8443]),
+            st.sampled_from(["/v1/charges", "/v1/x/y", "//v1/charges", "/"]),
+            st.sampled_from([{}, {"X-Env": "live"}]),
+        ),
+        max_size=30,
+    )
+)
+def test_a_request_gets_the_first_rule_that_matches_whatever_was_asked_before(requests):
+    matcher.HOSTS_KEPT, kept = 2, matcher.HOSTS_KEPT  # a small memory, emptied often
+    try:
+        rules = RuleSet(RULES_ON_SEVERAL_HOSTS)
+        for method, host, port, path, headers in requests:
+            asked = HttpRequestFacts.from_target(method, host, port, path, headers)
+            expected = next(
+                (
+                    (rule.name, params)
+                    for rule in RULES_ON_SEVERAL_HOSTS
+                    if rule.http and (params := matcher.http_match(rule.http, asked)) is not None
+                ),
+                None,
+            )
+            found = rules.match(asked)
+            assert (None if found is None else (found.rule.name, dict(found.params))) == expected
+    finally:
+        matcher.HOSTS_KEPT = kept
+
+
 def test_the_effect_key_renders_the_rules_key_template():
     rules = RuleSet(
         [
