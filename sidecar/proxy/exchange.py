@@ -37,20 +37,34 @@ class AgentRequest:
 # RFC 9110 §5.5: a field value has no control characters but HTAB; §5.1: a name is a token.
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# A byte that is not UTF-8, as mitmproxy hands it over (``surrogateescape``): the
+# upstream client writes text as UTF-8 and silently leaves such a character out.
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")
 
 
 def unsendable_header(headers: Headers) -> str | None:
     """Why these header fields cannot be sent upstream as they are, or None.
 
     mitmproxy accepts some fields an HTTP client library refuses to send (a NUL in a value,
-    say); such a request is refused before anything is recorded, instead of failing
-    between recording and forwarding.
+    say) or cannot send as they came (a byte that is not UTF-8, e.g. a Latin-1 value);
+    such a request is refused before anything is recorded, instead of failing between
+    recording and forwarding, or being forwarded other than it was recorded.
     """
     for name, value in headers:
         if _TOKEN.fullmatch(name) is None:
             return f"header name {name!r} is not an HTTP token"
         if _BAD_VALUE.search(value) is not None:
             return f"header {name} has a control character in its value"
+        if _NOT_UTF8.search(value) is not None:
+            return f"header {name} has bytes that are not UTF-8 in its value"
+    return None
+
+
+def unsendable_target(target: str) -> str | None:
+    """Why this request target (path and query) cannot be sent upstream as it came, or
+    None: the upstream client would leave its bytes that are not UTF-8 out."""
+    if _NOT_UTF8.search(target) is not None:
+        return "the request target has bytes that are not UTF-8"
     return None
 
 

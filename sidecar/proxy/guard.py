@@ -49,7 +49,14 @@ from sidecar.errors import (
     UpstreamFailed,
 )
 from sidecar.proxy.codecs import Codec, Content, Described, GitPushCodec, HttpCodec, codec_for
-from sidecar.proxy.exchange import AgentRequest, Answer, Sender, refusal, unsendable_header
+from sidecar.proxy.exchange import (
+    AgentRequest,
+    Answer,
+    Sender,
+    refusal,
+    unsendable_header,
+    unsendable_target,
+)
 from sidecar.proxy.redact import (
     body_digest_off_loop,
     recordable_response_headers,
@@ -189,7 +196,8 @@ class EffectGuard:
                 f"rule {rule.name} records bodies up to {rule.max_body_bytes} bytes; "
                 f"this one has {len(request.body)}"
             )
-        if (why := unsendable_header(request.headers)) is not None:
+        why = unsendable_target(request.target) or unsendable_header(request.headers)
+        if why is not None:
             raise InvalidRequest(f"{why}: the request cannot be forwarded, nothing was recorded")
         codec = codec_for(rule, self._http, self._git)
         # Started first, so that a large body is hashed while its fingerprint is made.

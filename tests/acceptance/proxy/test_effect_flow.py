@@ -209,6 +209,18 @@ def test_a_header_the_upstream_client_cannot_send_is_refused_before_anything_is_
     assert stack.counts()["charges"] == 1
 
 
+def test_a_header_value_that_is_not_utf8_is_refused_rather_than_sent_without_its_bytes(stack):
+    # requests writes a header value as Latin-1: "J\xfcrgen" is not UTF-8. The sidecar's
+    # HTTP client would send "Jrgen" - another request than the one recorded.
+    step = charge("order-latin1", **{"X-Customer": "J\u00fcrgen"})
+    (refused,) = run_agent(stack, "312", "requests", [step])
+    assert (refused["status"], refused["x-sidecar-effect"]) == (400, "refused")
+    assert refused["body"]["code"] == "invalid_request"
+    assert "X-Customer has bytes that are not UTF-8" in refused["body"]["detail"]
+    assert stack.counts()["requests"] == {}
+    assert stack.effects("312") == []
+
+
 def test_a_late_answer_is_kept_and_the_retry_is_not_sent_again(stack):
     """SPEC §3.8: the upstream creates the thing 3 s after the request, the rule gives up
     after 1 s. The agent retries at once; a probe then would find nothing and send it

@@ -16,7 +16,7 @@ from sidecar.proxy.addons.effects import EffectAddon, to_response
 from sidecar.proxy.addons.gate import ReadinessGate
 from sidecar.proxy.addons.router import Router
 from sidecar.proxy.embed import interception_hosts
-from sidecar.proxy.exchange import AgentRequest, Answer
+from sidecar.proxy.exchange import AgentRequest, Answer, unsendable_header, unsendable_target
 from sidecar.proxy.redact import REDACTED, request_summary
 from sidecar.proxy.routes import Routes
 from sidecar.recording.bindings import BindRequest
@@ -336,3 +336,24 @@ def test_an_answer_becomes_the_response_mitmproxy_s_own_constructor_would_build(
     ]
     assert built.headers["content-length"] == str(len(answer.body))
     assert built.stream is False
+
+
+@pytest.mark.parametrize(
+    ("target", "headers", "why"),
+    [
+        ("/v1/charges", (("X-Name", "J\u00fcrgen"), ("X-Tab", "a\tb")), None),  # UTF-8, HTAB
+        ("/caf\u00e9?q=\u00e9", (), None),
+        ("/a\udcff/b", (), "the request target has bytes that are not UTF-8"),
+        ("/x", (("X-Name", "J\udcfcrgen"),), "header X-Name has bytes that are not UTF-8"),
+        ("/x", (("X-Trace", "a\x00b"),), "header X-Trace has a control character"),
+        ("/x", (("Bad Name", "v"),), "header name 'Bad Name' is not an HTTP token"),
+    ],
+)
+def test_a_request_the_upstream_client_would_send_otherwise_is_named_as_such(
+    target: str, headers: tuple[tuple[str, str], ...], why: str | None
+) -> None:
+    # mitmproxy hands a byte that is not UTF-8 over as a lone surrogate; aiohttp's writer
+    # leaves such a character out, so the request would leave other than it was recorded.
+    found = unsendable_target(target) or unsendable_header(headers)
+    assert (found is None) == (why is None)
+    assert (found or "").startswith(why or "")
