@@ -3,7 +3,9 @@
 Matched effects are not relayed by mitmproxy: the effect guard sends them itself, so it
 controls the timeout (bounded by the lease's time left), sees every transport error, and
 holds the whole response to record it before the agent gets it.  Bodies are kept
-exactly as the upstream sent them (no decompression), so a replay is byte for byte.
+exactly as the upstream sent them (no decompression), and header values are read as
+Latin-1, one character a byte (written back so by ``addons/effects.to_response``), so
+an answer and its replay are byte for byte what the upstream sent.
 """
 
 from __future__ import annotations

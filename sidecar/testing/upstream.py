@@ -14,6 +14,8 @@ prints ``upstream ready http://HOST:PORT`` and serves:
 * ``POST /upload`` - reads a body of any size as a stream and answers its length;
 * ``GET /slow?delay=S`` / ``POST /slow/things`` - answer after S seconds (default 5);
 * ``POST /broken/things`` - creates the thing, then answers 500 (an unknown outcome);
+* ``POST /named/things`` - creates the thing and names it in a header as well,
+  ``X-Thing-Name`` (UTF-8, as aiohttp writes a header's text);
 * ``POST /held/things`` - creates the thing, then holds the answer (201) until
   ``POST /_upstream/release``: a test acts while the request is at the upstream;
 * ``GET /fast`` and ``POST /effects/{id}`` - minimal answers, for benchmarks;
@@ -66,6 +68,7 @@ def make_app() -> web.Application:
             web.post("/slow/things", slow_thing),
             web.post("/late/things", late_thing),
             web.post("/broken/things", broken_thing),
+            web.post("/named/things", named_thing),
             web.post("/held/things", held_thing),
             web.get("/fast", fast),
             web.post("/effects/{id}", effect),
@@ -111,6 +114,11 @@ def _new_thing(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
 
 async def create_thing(request: web.Request) -> web.Response:
     return web.json_response(_new_thing(request, await request.json()), status=201)
+
+
+async def named_thing(request: web.Request) -> web.Response:
+    thing = _new_thing(request, await request.json())
+    return web.json_response(thing, status=201, headers={"X-Thing-Name": str(thing["name"])})
 
 
 async def list_things(request: web.Request) -> web.Response:

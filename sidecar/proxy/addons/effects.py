@@ -57,6 +57,18 @@ def is_guarded(flow: http.HTTPFlow) -> bool:
     return GUARDED in flow.metadata
 
 
+def field_value(value: str) -> bytes:
+    """A header value of an answer as it goes on the wire: Latin-1, as the upstream
+    client decoded the bytes it received (``proxy/upstream.py``), so a recorded answer
+    leaves byte for byte as it came - a UTF-8 value too, not turned into mojibake by a
+    second encoding; UTF-8 for a value Latin-1 cannot hold (typed by a human settling an
+    effect)."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape")
+
+
 def to_response(answer: Answer) -> http.Response:
     """``answer`` as mitmproxy sends it.
 
@@ -66,7 +78,7 @@ def to_response(answer: Answer) -> http.Response:
     (about 30 us, a tenth of the sidecar's own work on a replay) - the fields here have
     those types by construction.  ``test_effects.py`` holds the two ways equal."""
     fields = [
-        (always_bytes(n), always_bytes(v, "utf-8", "surrogateescape"))
+        (always_bytes(n), field_value(v))
         for n, v in answer.headers
         if n.lower() != "content-length"
     ]

@@ -1,8 +1,11 @@
-"""An effect is sent to the host the agent named, with the target it sent: a path that
-starts with ``//`` is a path there, not another host (as a URL reference would read it)."""
+"""What the sidecar sends and answers is what came: an effect goes to the host the agent
+named with the target it sent (a path that starts with ``//`` is a path there, not
+another host, as a URL reference would read it), and the answer's header values reach
+the agent with the bytes the upstream wrote, first time and replayed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -45,4 +48,37 @@ def test_a_double_slash_path_goes_to_the_named_host_as_sent(tmp_path: Path, clie
     assert (answer["status"], answer["x-sidecar-effect"]) == (404, "recorded")
     assert [(e["state"], e["request"]["url"]) for e in effects] == [
         ("failed", f"https://{HOST}:443//elsewhere.test/v1/charges?note=x")
+    ]
+
+
+# An agent that posts the same named thing twice and prints, per answer, the bytes of
+# the X-Thing-Name header (http.client reads header values as Latin-1: one char a byte).
+HEADER_AGENT = """
+import json, sys
+import requests
+for _ in range(2):
+    r = requests.post(sys.argv[1], json={"name": sys.argv[2]}, timeout=30)
+    raw = r.headers["X-Thing-Name"].encode("latin-1")
+    print(json.dumps({"effect": r.headers["X-Sidecar-Effect"], "hex": raw.hex()}), flush=True)
+print("done", flush=True)
+"""
+
+
+def test_a_header_value_reaches_the_agent_with_the_upstreams_bytes(tmp_path: Path) -> None:
+    rules = tmp_path / "hooks.yaml"
+    rules.write_text(RULES)
+    agent = tmp_path / "header_agent.py"
+    agent.write_text(HEADER_AGENT)
+    stack = Stack.start(tmp_path / "stack", rules=[rules], hosts=[HOST])
+    try:
+        run = stack.exec_agent("t-header", agent, f"https://{HOST}/named/things", "café №1")
+        run.wait_for("^done$", timeout=60)
+        assert run.proc.wait(timeout=30) == 0
+        answers = [json.loads(line) for line in run.lines if line.startswith("{")]
+    finally:
+        stack.close()
+    sent = "café №1".encode()  # aiohttp's upstream writes the text as UTF-8
+    assert answers == [
+        {"effect": "recorded", "hex": sent.hex()},
+        {"effect": "replayed", "hex": sent.hex()},
     ]

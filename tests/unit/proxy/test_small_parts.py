@@ -357,3 +357,16 @@ def test_a_request_the_upstream_client_would_send_otherwise_is_named_as_such(
     found = unsendable_target(target) or unsendable_header(headers)
     assert (found is None) == (why is None)
     assert (found or "").startswith(why or "")
+
+
+@pytest.mark.parametrize("raw", [b"caf\xc3\xa9", b"J\xfcrgen", b"plain; q=1"])
+def test_a_header_value_leaves_with_the_bytes_the_upstream_client_received(raw: bytes) -> None:
+    # The upstream client decodes header values as Latin-1: one character a byte.
+    answer = Answer(201, (("X-Name", raw.decode("latin-1")),), b"{}", "recorded")
+    assert to_response(answer).headers.fields[0] == (b"X-Name", raw)
+
+
+def test_a_header_value_latin1_cannot_hold_leaves_as_utf8() -> None:
+    # Typed by a human settling an effect, say.
+    answer = Answer(201, (("X-Name", "Zoë €"),), b"{}", "recorded")
+    assert to_response(answer).headers.fields[0] == (b"X-Name", "Zoë €".encode())
