@@ -258,6 +258,10 @@ class UrlTemplate:
     def parse(cls, source: str) -> UrlTemplate:
         if not source.startswith("/"):
             raise TemplateSyntaxError(f"invalid probe path {source!r}: it must start with '/'")
+        if "#" in source:  # the target is sent as written: a fragment would go with it
+            raise TemplateSyntaxError(
+                f"invalid probe path {source!r}: a request has no '#fragment'"
+            )
         whole = Template.parse(source)
         path: list[str | Placeholder] = []
         query: list[str | Placeholder] | None = None

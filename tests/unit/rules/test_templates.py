@@ -126,6 +126,8 @@ def test_a_probe_url_without_query_is_just_a_path():
     assert url.render(FACTS, PARAMS) == "/repos/octo/hello"
     with pytest.raises(TemplateSyntaxError, match="must start with '/'"):
         UrlTemplate.parse("repos/{owner}")
+    with pytest.raises(TemplateSyntaxError, match="no '#fragment'"):
+        UrlTemplate.parse("/repos/{owner}#top")
 
 
 @pytest.mark.parametrize(
