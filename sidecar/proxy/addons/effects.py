@@ -76,7 +76,8 @@ def to_response(answer: Answer) -> http.Response:
     its length in two more passes over the header fields; and without ``Response``'s
     constructor, whose ``__post_init__`` type-checks every field against its annotation
     (about 30 us, a tenth of the sidecar's own work on a replay) - the fields here have
-    those types by construction.  ``test_effects.py`` holds the two ways equal."""
+    those types by construction.  ``tests/unit/proxy/test_small_parts.py`` holds the two
+    ways equal."""
     fields = [
         (always_bytes(n), field_value(v))
         for n, v in answer.headers
