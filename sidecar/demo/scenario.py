@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from sidecar.testing.github import REPO, TASK, GitHubWorld, call, outside_world, start_emulator
+from sidecar.testing.github import (
+    REPO,
+    TASK,
+    GitHubWorld,
+    agent_scratch,
+    call,
+    outside_world,
+    start_emulator,
+)
 from sidecar.testing.processes import Child
 
 LABELS = {
@@ -110,11 +118,15 @@ def with_sidecar(world: GitHubWorld, timeline: Timeline) -> tuple[dict[str, str]
 
 def without_sidecar(root: Path, model: str, timeline: Timeline) -> tuple[dict[str, str], int]:
     emulator, github = start_emulator(root, "github-direct", public_urls=False)
-    env = os.environ | {
-        "GITHUB_API_URL": github,
-        "GITHUB_SERVER_URL": github,
-        "OPENAI_BASE_URL": f"{model}/v1",
-    }
+    env = (
+        os.environ
+        | agent_scratch(root)
+        | {
+            "GITHUB_API_URL": github,
+            "GITHUB_SERVER_URL": github,
+            "OPENAI_BASE_URL": f"{model}/v1",
+        }
+    )
     with emulator:
         for who, until in (("agent A", "pushed"), ("agent B", "done"), ("agent A'", "done")):
             agent = Child(

@@ -88,6 +88,14 @@ def agent_argv(task: str) -> list[str]:
     return [sys.executable, "-m", "sidecar.demo.agent", "--task", task, "--repo", REPO]
 
 
+def agent_scratch(root: Path) -> dict[str, str]:
+    """The environment that gives the demo's agents their temporary files under ``root``:
+    an agent SIGKILLed on purpose leaves its clone beside the logs, not loose in /tmp."""
+    scratch = root / "agent-tmp"
+    scratch.mkdir(exist_ok=True)
+    return {"TMPDIR": str(scratch)}
+
+
 def outside_world(github: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """REPO's branches other than main (name -> commit) and its pull requests."""
     _, state = call("GET", f"{github}/_emulator/state")
@@ -143,8 +151,9 @@ class GitHubWorld(HasSidecar):
         """The demo's coding agent, run under `sidecar exec` as one attempt of ``task``."""
         log = self.root / f"agent-{len(self.agents) + 1}-{worker}.log"
         agent = self.process.exec_agent(
-            task, worker, agent_argv(task), ttl_s=ttl_s, wait_s=wait_s, log=log
-        )
+            task, worker, agent_argv(task), ttl_s=ttl_s, wait_s=wait_s, log=log,
+            env=agent_scratch(self.root),
+        )  # fmt: skip
         self.agents.append(agent)
         return agent
 

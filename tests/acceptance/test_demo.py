@@ -30,3 +30,6 @@ def test_the_demo_ends_with_one_branch_and_one_pr_and_shows_the_duplicates_witho
     assert without, out
     assert int(without.group(1)) >= 2, "without the sidecar the restart made another branch"
     assert int(without.group(2)) >= 2, "and another pull request"
+    # Agent A is SIGKILLed on purpose, in both halves: its clone stays beside the logs,
+    # not loose in /tmp (one more left there by every run).
+    assert len(list((tmp_path / "demo" / "agent-tmp").glob("agent-*"))) >= 2
