@@ -229,7 +229,8 @@ class Attempts:
     def start(self, *, wait_s: float = 0.0) -> Child:
         setup, sidecar = self.sidecar.setup, self.sidecar
         n = len(self.runs) + 1
-        env = dict(setup.extra_env) | {"SIDECAR_MATRIX_TASK": self.task}
+        env = {"TMPDIR": str(self._scratch())} | dict(setup.extra_env)
+        env["SIDECAR_MATRIX_TASK"] = self.task
         if setup.token:
             env["SIDECAR_CONTROL_TOKEN"] = setup.token
         if sidecar.pg:
@@ -242,6 +243,13 @@ class Attempts:
         )  # fmt: skip
         self.runs.append(run)
         return run
+
+    def _scratch(self) -> Path:
+        """Where the agent's temporary files go (``TMPDIR``, unless the setup sets it): an
+        attempt killed on purpose leaves them with the cell's logs, not loose in /tmp."""
+        scratch = self.sidecar.root / "agent-tmp"
+        scratch.mkdir(exist_ok=True)
+        return scratch
 
     def finish(self, *, timeout_s: float, attempts: int = 30) -> tuple[int | None, str]:
         """Run attempts, as a supervisor restarts a failed agent (with a growing pause),

@@ -39,6 +39,7 @@ from sidecar.testing.github import (
     REPO,
     TASK,
     agent_argv,
+    agent_scratch,
     call,
     outside_world,
     routes,
@@ -354,7 +355,9 @@ class GitHubNodes:
         freeze: PushFreeze | None = None,
     ) -> Child:
         """The demo's coding agent under `sidecar exec` on ``node``: one attempt of ``task``."""
-        env = freeze.env(dict(os.environ)) if freeze is not None else None
+        env = (freeze.env(dict(os.environ)) if freeze is not None else {}) | agent_scratch(
+            self.root
+        )
         log = self.root / f"agent-{len(self.agents) + 1}-{worker}.log"
         agent = self.nodes[node].process.exec_agent(
             task, worker, agent_argv(task), ttl_s=ttl_s, wait_s=wait_s, env=env, log=log

@@ -33,3 +33,21 @@ def test_the_reference_agents_matrix_is_filled_on_the_emulator(tmp_path: Path) -
         any("1 branch(es), 1 pull request(s), 1 comment(s)" in e for e in c["evidence"])
         for c in cells
     )
+
+
+@pytest.mark.timeout(600)
+def test_an_agent_killed_in_a_cell_leaves_its_temporary_files_with_the_cell(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    done = run_sidecar(
+        "demo", "--matrix", "--faults", "agent-killed-after-forward", "--out", str(out),
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    cells = json.loads((out / "matrix.json").read_text())["cells"]
+    assert {c["verdict"] for c in cells} == {"PASS"}
+    # The push's cell kills the agent while its clone (under TMPDIR) still exists: the
+    # clone is left with the cell, not in /tmp.
+    left = sorted((out / "cells").glob("*/agent-tmp/agent-*/repo/.git"))
+    assert [path.parts[-5] for path in left] == ["002-e2-agent-killed-after-forward"]
