@@ -26,12 +26,11 @@ from sidecar.testing.github import (
     REPO,
     TASK,
     GitHubWorld,
-    agent_scratch,
     call,
     outside_world,
     start_emulator,
 )
-from sidecar.testing.processes import Child
+from sidecar.testing.processes import Child, scratch_env
 
 LABELS = {
     "openai.chat.completions": "model call",
@@ -120,7 +119,7 @@ def without_sidecar(root: Path, model: str, timeline: Timeline) -> tuple[dict[st
     emulator, github = start_emulator(root, "github-direct", public_urls=False)
     env = (
         os.environ
-        | agent_scratch(root)
+        | scratch_env(root)
         | {
             "GITHUB_API_URL": github,
             "GITHUB_SERVER_URL": github,

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from sidecar.errors import SidecarError
-from sidecar.testing.processes import Child, ProcessFailed
+from sidecar.testing.processes import Child, ProcessFailed, scratch_env
 from sidecar.testing.sidecar import HasSidecar, SidecarProcess
 
 # Every process the cells started, so that an interrupted matrix can stop them all (each
@@ -229,7 +229,9 @@ class Attempts:
     def start(self, *, wait_s: float = 0.0) -> Child:
         setup, sidecar = self.sidecar.setup, self.sidecar
         n = len(self.runs) + 1
-        env = {"TMPDIR": str(self._scratch())} | dict(setup.extra_env)
+        # TMPDIR in the cell's directory, unless the setup sets one: an attempt killed on
+        # purpose leaves its temporary files with the cell's logs.
+        env = scratch_env(sidecar.root) | dict(setup.extra_env)
         env["SIDECAR_MATRIX_TASK"] = self.task
         if setup.token:
             env["SIDECAR_CONTROL_TOKEN"] = setup.token
@@ -243,13 +245,6 @@ class Attempts:
         )  # fmt: skip
         self.runs.append(run)
         return run
-
-    def _scratch(self) -> Path:
-        """Where the agent's temporary files go (``TMPDIR``, unless the setup sets it): an
-        attempt killed on purpose leaves them with the cell's logs, not loose in /tmp."""
-        scratch = self.sidecar.root / "agent-tmp"
-        scratch.mkdir(exist_ok=True)
-        return scratch
 
     def finish(self, *, timeout_s: float, attempts: int = 30) -> tuple[int | None, str]:
         """Run attempts, as a supervisor restarts a failed agent (with a growing pause),

@@ -4,8 +4,9 @@ Matched effects are not relayed by mitmproxy: the effect guard sends them itself
 controls the timeout (bounded by the lease's time left), sees every transport error, and
 holds the whole response to record it before the agent gets it.  Bodies are kept
 exactly as the upstream sent them (no decompression), and header values are read as
-Latin-1, one character a byte (written back so by ``addons/effects.to_response``), so
-an answer and its replay are byte for byte what the upstream sent.
+Latin-1, one character a byte, and written back so (:func:`header_text`,
+:func:`header_bytes`), so an answer and its replay are byte for byte what the upstream
+sent.
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ def _origin(scheme: str, host: str, port: int | None) -> URL:
     """``scheme://host:port``, the host encoded as a URL holds it (IDNA, IPv6 brackets);
     kept, as requests go to the same few."""
     return URL.build(scheme=scheme, host=host, port=port)
+
+
+def header_text(raw: bytes) -> str:
+    """A header field as the sidecar keeps it: Latin-1, one character a byte, so any bytes
+    an upstream writes can be stored, and written back unchanged by :func:`header_bytes`."""
+    return raw.decode("latin-1")
+
+
+def header_bytes(value: str) -> bytes:
+    """A kept header value as it goes on the wire: the bytes :func:`header_text` read (a
+    UTF-8 value too, not encoded a second time into mojibake); UTF-8 for a value Latin-1
+    cannot hold (typed by a human settling an effect)."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape")
 
 
 class UpstreamError(Exception):
@@ -150,9 +167,7 @@ class Upstream:
                 payload = await response.read()
                 return Reply(
                     response.status,
-                    tuple(
-                        (k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers
-                    ),
+                    tuple((header_text(k), header_text(v)) for k, v in response.raw_headers),
                     payload,
                 )
         except TimeoutError as exc:

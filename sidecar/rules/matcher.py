@@ -187,8 +187,6 @@ def _all_finite(data: Any) -> bool:
 
 def http_match(condition: HttpMatch, facts: HttpRequestFacts) -> dict[str, str] | None:
     """The path parameters if every condition holds, else None."""
-    if condition.method is not None and facts.method not in condition.method:
-        return None  # before the host: cheaper to tell (_match_beyond_host asks again)
     if not any(host.matches(facts.host, facts.port) for host in condition.host):
         return None
     return _match_beyond_host(condition, facts)

@@ -24,7 +24,7 @@ from typing import Any
 import requests
 
 from sidecar.rules.packs import packs_dir
-from sidecar.testing.processes import Child
+from sidecar.testing.processes import Child, scratch_env
 from sidecar.testing.sidecar import HasSidecar, SidecarProcess
 
 TASK = "312"
@@ -88,14 +88,6 @@ def agent_argv(task: str) -> list[str]:
     return [sys.executable, "-m", "sidecar.demo.agent", "--task", task, "--repo", REPO]
 
 
-def agent_scratch(root: Path) -> dict[str, str]:
-    """The environment that gives the demo's agents their temporary files under ``root``:
-    an agent SIGKILLed on purpose leaves its clone beside the logs, not loose in /tmp."""
-    scratch = root / "agent-tmp"
-    scratch.mkdir(exist_ok=True)
-    return {"TMPDIR": str(scratch)}
-
-
 def outside_world(github: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """REPO's branches other than main (name -> commit) and its pull requests."""
     _, state = call("GET", f"{github}/_emulator/state")
@@ -152,7 +144,7 @@ class GitHubWorld(HasSidecar):
         log = self.root / f"agent-{len(self.agents) + 1}-{worker}.log"
         agent = self.process.exec_agent(
             task, worker, agent_argv(task), ttl_s=ttl_s, wait_s=wait_s, log=log,
-            env=agent_scratch(self.root),
+            env=scratch_env(self.root),
         )  # fmt: skip
         self.agents.append(agent)
         return agent

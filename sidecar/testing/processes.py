@@ -19,6 +19,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
+def scratch_env(root: Path) -> dict[str, str]:
+    """The environment that gives an agent its temporary files in ``root/agent-tmp``
+    (``TMPDIR``): an agent killed on purpose leaves them beside the logs of the run that
+    killed it, not loose in /tmp."""
+    scratch = root / "agent-tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    return {"TMPDIR": str(scratch)}
+
+
 class ProcessFailed(RuntimeError):
     """A child did not print what was awaited, or died first."""
 

@@ -39,13 +39,12 @@ from sidecar.testing.github import (
     REPO,
     TASK,
     agent_argv,
-    agent_scratch,
     call,
     outside_world,
     routes,
     start_emulator,
 )
-from sidecar.testing.processes import Child, ProcessFailed
+from sidecar.testing.processes import Child, ProcessFailed, scratch_env
 from sidecar.testing.sidecar import HasSidecar, SidecarProcess
 from tests.support.postgres import server_url
 
@@ -355,9 +354,7 @@ class GitHubNodes:
         freeze: PushFreeze | None = None,
     ) -> Child:
         """The demo's coding agent under `sidecar exec` on ``node``: one attempt of ``task``."""
-        env = (freeze.env(dict(os.environ)) if freeze is not None else {}) | agent_scratch(
-            self.root
-        )
+        env = (freeze.env(dict(os.environ)) if freeze is not None else {}) | scratch_env(self.root)
         log = self.root / f"agent-{len(self.agents) + 1}-{worker}.log"
         agent = self.nodes[node].process.exec_agent(
             task, worker, agent_argv(task), ttl_s=ttl_s, wait_s=wait_s, env=env, log=log

@@ -33,6 +33,7 @@ from sidecar.proxy.exchange import AgentRequest, Answer, Headers, refusal
 from sidecar.proxy.guard import EffectGuard, fault
 from sidecar.proxy.hosts import request_host
 from sidecar.proxy.redact import without_secrets
+from sidecar.proxy.upstream import header_bytes
 from sidecar.rules import RuleMatch, RuleSet
 from sidecar.rules.facts import HttpRequestFacts
 from sidecar.runtime.metrics import Metrics
@@ -57,18 +58,6 @@ def is_guarded(flow: http.HTTPFlow) -> bool:
     return GUARDED in flow.metadata
 
 
-def field_value(value: str) -> bytes:
-    """A header value of an answer as it goes on the wire: Latin-1, as the upstream
-    client decoded the bytes it received (``proxy/upstream.py``), so a recorded answer
-    leaves byte for byte as it came - a UTF-8 value too, not turned into mojibake by a
-    second encoding; UTF-8 for a value Latin-1 cannot hold (typed by a human settling an
-    effect)."""
-    try:
-        return value.encode("latin-1")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "surrogateescape")
-
-
 def to_response(answer: Answer) -> http.Response:
     """``answer`` as mitmproxy sends it.
 
@@ -79,7 +68,7 @@ def to_response(answer: Answer) -> http.Response:
     those types by construction.  ``tests/unit/proxy/test_small_parts.py`` holds the two
     ways equal."""
     fields = [
-        (always_bytes(n), field_value(v))
+        (always_bytes(n), header_bytes(v))
         for n, v in answer.headers
         if n.lower() != "content-length"
     ]
