@@ -32,13 +32,16 @@ KNOWN_TASKS = 4096
 
 
 class KnownTasks:
-    """The task states (lease included) this connection read and then left unchanged, so
-    that the next batch need not read them again.  A task's effects do not change its row,
-    yet every batch re-read it to fence them: the costliest load of an effect's commit.
+    """The task states (lease included) this connection read or wrote, so that the next
+    batch need not read them again.  A task's effects do not change its row, yet every
+    batch re-read it to fence them: the costliest load of an effect's commit; and every
+    checkpoint moves its task's row, which the next checkpoint's batch then read back.
 
-    Only what loading would return is kept: a state read from the store (or its absence),
-    and only while the batch that read it did not change it (a changed task is read
-    again, so nothing is ever rebuilt from what was written).  It holds only while no
+    Only what loading would return is kept: a state read from the store (or its
+    absence), or one a batch wrote over a lease it left as stored - the row holds what
+    the state holds, its times in microseconds as the store's clock gives them (UTC; a
+    test holds the two equal).  A task whose lease a batch changed (a claim, a
+    heartbeat, a release) or deleted is read again.  It holds only while no
     other connection has committed: ``PRAGMA data_version``, read under the write lock,
     says whether one did (another sidecar on the same file, a repair), and then every
     kept state is dropped.  A batch that fails drops them all too."""
@@ -69,15 +72,18 @@ class KnownTasks:
         return known, missing
 
     def keep(self, batch: Batch, tasks: Iterable[str]) -> None:
-        """After ``batch`` committed: keep the states of ``tasks`` it read and did not
-        change, forget those it changed or deleted."""
+        """After ``batch`` committed: keep the states of ``tasks`` as it left them, but
+        forget those it deleted or changed the lease of."""
         states = self._states
-        changed = batch.dirty_tasks.keys() | batch.deleted_tasks
         for task in tasks:
-            if task in changed:
+            if task in batch.deleted_tasks:
                 states.pop(task, None)
-            else:
+            elif (state := batch.dirty_tasks.get(task)) is None:
                 states[task] = batch.tasks.get(task)
+            elif task in batch.stored_leases and state.lease == batch.stored_leases[task]:
+                states[task] = state
+            else:
+                states.pop(task, None)
         while len(states) > self._limit:
             del states[next(iter(states))]
 

@@ -3,16 +3,21 @@ by another connection to the same file must still be seen, or fencing would fail
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from sidecar.domain.model import EffectState
+from sidecar.domain.model import EffectState, TaskState
 from sidecar.errors import StaleGeneration
 from sidecar.runtime.clock import ManualClock
+from sidecar.store import rows, sqlfiles
 from sidecar.store.sqlite import SQLiteStore
+
+Q = sqlfiles.named_statements("sqlite")
 
 REQUEST = {"database": "x", "statement": "INSERT INTO t VALUES (1)"}
 
@@ -74,3 +79,66 @@ async def test_a_task_changed_by_a_batch_is_read_again(tmp_path: Path) -> None:
         await _record(store, "k2", second.attempt_id, second.generation)
         view = await store.task_view("t")
         assert view is not None
+
+
+def _loaded(path: Path, task: str) -> TaskState | None:
+    """The task's state as a batch reads it from the file."""
+    with closing(sqlite3.connect(path)) as db:
+        found = list(db.execute(Q["load_tasks"], (json.dumps([task]),)))
+    return rows.task_state(found[0]) if found else None
+
+
+def _kept(store: SQLiteStore) -> dict[str, TaskState | None]:
+    return dict(store._writer._known._states)
+
+
+async def test_the_state_kept_of_a_task_a_batch_wrote_is_the_state_loading_it_returns(
+    tmp_path: Path,
+) -> None:
+    """The writer keeps what it wrote of a task whose lease it left alone (a checkpoint, a
+    mark, a reopening) instead of reading the row back: kept, it must be what a load
+    gives (the clock here starts and moves off whole seconds)."""
+    path = tmp_path / "e.db"
+    clock = ManualClock(datetime(2026, 1, 1, 14, 0, 0, 123456, tzinfo=UTC))
+    async with SQLiteStore(f"sqlite:///{path}", clock=clock) as store:
+        claim = await store.claim("t", "a", 600.5)
+        steps = [
+            lambda: store.append_checkpoint("t", claim.attempt_id, claim.generation, "s1", {}),
+            lambda: store.append_checkpoint("t", claim.attempt_id, claim.generation, "s2", [1]),
+            lambda: _record(store, "k1", claim.attempt_id, claim.generation),
+            lambda: store.mark_done("t", "op", "shipped", (claim.attempt_id, claim.generation)),
+            lambda: store.reopen("t", "op", "again"),
+        ]
+        kept_after_write = 0
+        for step in steps:
+            clock.advance(0.0000017)
+            await step()
+            kept = _kept(store)
+            if "t" in kept:
+                assert kept["t"] == _loaded(path, "t")
+                kept_after_write += 1
+        assert kept_after_write >= 3  # the checkpoints and the effect at least
+
+
+async def test_a_checkpoint_after_a_checkpoint_does_not_read_its_task_again(
+    tmp_path: Path,
+) -> None:
+    """The agent's hot path: each checkpoint moves its task's row, and the next one's
+    batch used to read that row back (bench/control_api.py: the writer's costliest load)."""
+    async with SQLiteStore(f"sqlite:///{tmp_path}/e.db") as store:
+        claim = await store.claim("t", "a", 600)
+        await store.append_checkpoint("t", claim.attempt_id, claim.generation, "s1", {})
+        statements: list[str] = []
+        writer = store._writer._db
+        assert writer is not None
+        await store._on_writer(writer.set_trace_callback, statements.append)  # its own thread
+        second = await store.append_checkpoint("t", claim.attempt_id, claim.generation, "s2", {})
+        assert second.seq == 2
+        assert not [s for s in statements if "FROM tasks" in s], statements
+        await store.heartbeat("t", claim.attempt_id, claim.generation)  # moves the lease
+        statements.clear()
+        third = await store.append_checkpoint("t", claim.attempt_id, claim.generation, "s3", {})
+        assert third.seq == 3
+        assert [s for s in statements if "FROM tasks" in s]  # read again after a lease change
+        with pytest.raises(StaleGeneration):
+            await store.append_checkpoint("t", claim.attempt_id, claim.generation + 1, "x", {})
