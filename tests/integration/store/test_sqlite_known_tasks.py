@@ -97,7 +97,7 @@ async def test_the_state_kept_of_a_task_a_batch_wrote_is_the_state_loading_it_re
 ) -> None:
     """The writer keeps what it wrote of a task whose lease it left alone (a checkpoint, a
     mark, a reopening) instead of reading the row back: kept, it must be what a load
-    gives (the clock here starts and moves off whole seconds)."""
+    gives, down to how it prints (the clock here starts and moves off whole seconds)."""
     path = tmp_path / "e.db"
     clock = ManualClock(datetime(2026, 1, 1, 14, 0, 0, 123456, tzinfo=UTC))
     async with SQLiteStore(f"sqlite:///{path}", clock=clock) as store:
@@ -115,7 +115,9 @@ async def test_the_state_kept_of_a_task_a_batch_wrote_is_the_state_loading_it_re
             await step()
             kept = _kept(store)
             if "t" in kept:
-                assert kept["t"] == _loaded(path, "t")
+                loaded = _loaded(path, "t")
+                assert kept["t"] == loaded
+                assert repr(kept["t"]) == repr(loaded)
                 kept_after_write += 1
         assert kept_after_write >= 3  # the checkpoints and the effect at least
 
@@ -124,7 +126,7 @@ async def test_a_checkpoint_after_a_checkpoint_does_not_read_its_task_again(
     tmp_path: Path,
 ) -> None:
     """The agent's hot path: each checkpoint moves its task's row, and the next one's
-    batch used to read that row back (bench/control_api.py: the writer's costliest load)."""
+    batch used to read that row back."""
     async with SQLiteStore(f"sqlite:///{tmp_path}/e.db") as store:
         claim = await store.claim("t", "a", 600)
         await store.append_checkpoint("t", claim.attempt_id, claim.generation, "s1", {})
