@@ -69,6 +69,7 @@ def make_app() -> web.Application:
             web.post("/late/things", late_thing),
             web.post("/broken/things", broken_thing),
             web.post("/named/things", named_thing),
+            web.post("/quiet/things", quiet_thing),
             web.post("/held/things", held_thing),
             web.get("/fast", fast),
             web.post("/effects/{id}", effect),
@@ -119,6 +120,12 @@ async def create_thing(request: web.Request) -> web.Response:
 async def named_thing(request: web.Request) -> web.Response:
     thing = _new_thing(request, await request.json())
     return web.json_response(thing, status=201, headers={"X-Thing-Name": str(thing["name"])})
+
+
+async def quiet_thing(request: web.Request) -> web.Response:
+    """Makes the thing and answers ``204 No Content``, as many APIs answer a PUT."""
+    _new_thing(request, await request.json())
+    return web.Response(status=204)
 
 
 async def list_things(request: web.Request) -> web.Response:

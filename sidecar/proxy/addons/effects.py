@@ -58,6 +58,11 @@ def is_guarded(flow: http.HTTPFlow) -> bool:
     return GUARDED in flow.metadata
 
 
+#: Answers that carry no Content-Length: 204 must not (RFC 9110 §8.6), and a 304's would
+#: describe the representation it stands for, which a recorded answer does not hold.
+_NO_CONTENT_LENGTH = frozenset({204, 304})
+
+
 def to_response(answer: Answer) -> http.Response:
     """``answer`` as mitmproxy sends it.
 
@@ -72,7 +77,8 @@ def to_response(answer: Answer) -> http.Response:
         for n, v in answer.headers
         if n.lower() != "content-length"
     ]
-    fields.append((b"content-length", b"%d" % len(answer.body)))
+    if answer.status not in _NO_CONTENT_LENGTH:
+        fields.append((b"content-length", b"%d" % len(answer.body)))
     now = time.time()
     data = object.__new__(http.ResponseData)
     data.__dict__.update(

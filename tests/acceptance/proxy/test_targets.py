@@ -82,3 +82,37 @@ def test_a_header_value_reaches_the_agent_with_the_upstreams_bytes(tmp_path: Pat
         {"effect": "recorded", "hex": sent.hex()},
         {"effect": "replayed", "hex": sent.hex()},
     ]
+
+
+# An agent that posts the same thing twice to an API answering 204 No Content and
+# prints, per answer, its status and the header fields it came with.
+NO_CONTENT_AGENT = """
+import json, sys
+import requests
+for _ in range(2):
+    r = requests.post(sys.argv[1], json={"name": "quiet"}, timeout=30)
+    print(json.dumps({"status": r.status_code, "effect": r.headers["X-Sidecar-Effect"],
+                      "fields": sorted(n.lower() for n in r.headers)}), flush=True)
+print("done", flush=True)
+"""
+
+
+def test_a_no_content_answer_reaches_the_agent_without_a_length(tmp_path: Path) -> None:
+    """RFC 9110 §8.6: a server must not send Content-Length with a 204; the sidecar
+    answers a matched request itself, first time and replayed, and sent ``0``."""
+    rules = tmp_path / "hooks.yaml"
+    rules.write_text(RULES)
+    agent = tmp_path / "no_content_agent.py"
+    agent.write_text(NO_CONTENT_AGENT)
+    stack = Stack.start(tmp_path / "stack", rules=[rules], hosts=[HOST])
+    try:
+        run = stack.exec_agent("t-no-content", agent, f"https://{HOST}/quiet/things")
+        run.wait_for("^done$", timeout=60)
+        assert run.proc.wait(timeout=30) == 0
+        answers = [json.loads(line) for line in run.lines if line.startswith("{")]
+        made = stack.counts()["requests"]
+    finally:
+        stack.close()
+    assert made == {"POST /quiet/things": 1}
+    assert [(a["status"], a["effect"]) for a in answers] == [(204, "recorded"), (204, "replayed")]
+    assert all("content-length" not in a["fields"] for a in answers), answers

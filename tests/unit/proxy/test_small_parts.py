@@ -334,8 +334,19 @@ def test_an_answer_becomes_the_response_mitmproxy_s_own_constructor_would_build(
     assert built.headers.get_all("set-cookie") == [
         v for n, v in answer.headers if n.lower() == "set-cookie"
     ]
-    assert built.headers["content-length"] == str(len(answer.body))
+    if answer.status == 204:  # RFC 9110 §8.6: a server must not send one with a 204
+        assert "content-length" not in built.headers
+    else:
+        assert built.headers["content-length"] == str(len(answer.body))
     assert built.stream is False
+
+
+def test_a_not_modified_answer_states_no_length_of_its_own() -> None:
+    """A 304's Content-Length would be the length of the representation it stands for:
+    an answer built from a record (which kept no such header) states none."""
+    built = to_response(Answer(304, (("ETag", '"a"'), ("Content-Length", "120")), b"", "replayed"))
+    assert "content-length" not in built.headers
+    assert built.headers["etag"] == '"a"'
 
 
 @pytest.mark.parametrize(
