@@ -84,15 +84,19 @@ def test_a_header_value_reaches_the_agent_with_the_upstreams_bytes(tmp_path: Pat
     ]
 
 
-# An agent that posts the same thing twice to an API answering 204 No Content and
-# prints, per answer, its status and the header fields it came with.
+# An agent that posts the same thing twice to an API answering 204 No Content, on one
+# kept-alive connection, and prints, per answer, its status and the header fields it came
+# with; then asks something else on that connection (a 204 with a body would spoil it).
 NO_CONTENT_AGENT = """
 import json, sys
 import requests
-for _ in range(2):
-    r = requests.post(sys.argv[1], json={"name": "quiet"}, timeout=30)
-    print(json.dumps({"status": r.status_code, "effect": r.headers["X-Sidecar-Effect"],
-                      "fields": sorted(n.lower() for n in r.headers)}), flush=True)
+with requests.Session() as http:
+    for _ in range(2):
+        r = http.post(sys.argv[1], json={"name": "quiet"}, timeout=30)
+        print(json.dumps({"status": r.status_code, "effect": r.headers["X-Sidecar-Effect"],
+                          "fields": sorted(n.lower() for n in r.headers)}), flush=True)
+    after = http.post(sys.argv[1].replace("/quiet/", "/named/"), json={"name": "x"}, timeout=30)
+    print(json.dumps({"status": after.status_code}), flush=True)
 print("done", flush=True)
 """
 
@@ -113,6 +117,8 @@ def test_a_no_content_answer_reaches_the_agent_without_a_length(tmp_path: Path) 
         made = stack.counts()["requests"]
     finally:
         stack.close()
-    assert made == {"POST /quiet/things": 1}
-    assert [(a["status"], a["effect"]) for a in answers] == [(204, "recorded"), (204, "replayed")]
-    assert all("content-length" not in a["fields"] for a in answers), answers
+    assert made == {"POST /quiet/things": 1, "POST /named/things": 1}
+    quiet, after = answers[:2], answers[2]
+    assert [(a["status"], a["effect"]) for a in quiet] == [(204, "recorded"), (204, "replayed")]
+    assert all("content-length" not in a["fields"] for a in quiet), quiet
+    assert after == {"status": 201}
