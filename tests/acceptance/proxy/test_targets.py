@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,19 +65,31 @@ print("done", flush=True)
 """
 
 
-def test_a_header_value_reaches_the_agent_with_the_upstreams_bytes(tmp_path: Path) -> None:
+def _run_script_agent(
+    tmp_path: Path, task: str, source: str, *args: str
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Run ``source`` as the agent under ``sidecar exec`` with the hooks rule until it
+    prints ``done``; its JSON lines, and the requests the counting upstream got."""
     rules = tmp_path / "hooks.yaml"
     rules.write_text(RULES)
-    agent = tmp_path / "header_agent.py"
-    agent.write_text(HEADER_AGENT)
+    agent = tmp_path / f"{task}.py"
+    agent.write_text(source)
     stack = Stack.start(tmp_path / "stack", rules=[rules], hosts=[HOST])
     try:
-        run = stack.exec_agent("t-header", agent, f"https://{HOST}/named/things", "café №1")
+        run = stack.exec_agent(task, agent, *args)
         run.wait_for("^done$", timeout=60)
         assert run.proc.wait(timeout=30) == 0
         answers = [json.loads(line) for line in run.lines if line.startswith("{")]
+        made: dict[str, int] = stack.counts()["requests"]
     finally:
         stack.close()
+    return answers, made
+
+
+def test_a_header_value_reaches_the_agent_with_the_upstreams_bytes(tmp_path: Path) -> None:
+    answers, _ = _run_script_agent(
+        tmp_path, "t-header", HEADER_AGENT, f"https://{HOST}/named/things", "café №1"
+    )
     sent = "café №1".encode()  # aiohttp's upstream writes the text as UTF-8
     assert answers == [
         {"effect": "recorded", "hex": sent.hex()},
@@ -104,19 +117,9 @@ print("done", flush=True)
 def test_a_no_content_answer_reaches_the_agent_without_a_length(tmp_path: Path) -> None:
     """RFC 9110 §8.6: a server must not send Content-Length with a 204; the sidecar
     answers a matched request itself, first time and replayed, and sent ``0``."""
-    rules = tmp_path / "hooks.yaml"
-    rules.write_text(RULES)
-    agent = tmp_path / "no_content_agent.py"
-    agent.write_text(NO_CONTENT_AGENT)
-    stack = Stack.start(tmp_path / "stack", rules=[rules], hosts=[HOST])
-    try:
-        run = stack.exec_agent("t-no-content", agent, f"https://{HOST}/quiet/things")
-        run.wait_for("^done$", timeout=60)
-        assert run.proc.wait(timeout=30) == 0
-        answers = [json.loads(line) for line in run.lines if line.startswith("{")]
-        made = stack.counts()["requests"]
-    finally:
-        stack.close()
+    answers, made = _run_script_agent(
+        tmp_path, "t-no-content", NO_CONTENT_AGENT, f"https://{HOST}/quiet/things"
+    )
     assert made == {"POST /quiet/things": 1, "POST /named/things": 1}
     quiet, after = answers[:2], answers[2]
     assert [(a["status"], a["effect"]) for a in quiet] == [(204, "recorded"), (204, "replayed")]
