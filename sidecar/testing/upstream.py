@@ -16,6 +16,7 @@ prints ``upstream ready http://HOST:PORT`` and serves:
 * ``POST /broken/things`` - creates the thing, then answers 500 (an unknown outcome);
 * ``POST /named/things`` - creates the thing and names it in a header as well,
   ``X-Thing-Name`` (UTF-8, as aiohttp writes a header's text);
+* ``POST /quiet/things`` - creates the thing and answers ``204 No Content``;
 * ``POST /held/things`` - creates the thing, then holds the answer (201) until
   ``POST /_upstream/release``: a test acts while the request is at the upstream;
 * ``GET /fast`` and ``POST /effects/{id}`` - minimal answers, for benchmarks;
