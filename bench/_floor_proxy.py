@@ -17,8 +17,11 @@ what no design meeting SPEC §3 with these engines can skip, and nothing else:
   tells a divergent replay), the second the status, headers and body.
 
 Every other request to ``bench.test`` is routed to the upstream and forwarded by
-mitmproxy (the pass-through floor).  The garbage collector is set as the sidecar sets it
-(``sidecar.runtime.startup``: what the start-up built is frozen, never scanned again).
+mitmproxy (the pass-through floor), its body and its answer's streamed as the sidecar
+streams what it does not record (so the floor's 1 MiB pass-through is the same kind of
+base as the sidecar's, not mitmproxy's buffered one).  The garbage collector is set as
+the sidecar sets it (``sidecar.runtime.startup``: what the start-up built is frozen,
+never scanned again).
 No rules, leases, fencing, probes, audit lines, redaction, metrics, logs or control API:
 what the sidecar spends beyond this floor is its own.  Not a benchmark itself:
 ``bench/proxy.py`` runs it next to the sidecar.  Prints ``floor ready http://HOST:PORT``
@@ -71,15 +74,29 @@ class Floor:
         self.upstream = upstream
         self.answers: dict[str, Answer] = {}
 
-    def request(self, flow: http.HTTPFlow) -> Coroutine[Any, Any, None] | None:
-        """Routes a pass-through flow at once; an effect's work is a coroutine mitmproxy
-        awaits (a hook that is a coroutine function would make one for every flow)."""
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """Routes a request to ``bench.test`` that is not an effect to the upstream and
+        streams it, as the sidecar routes and streams what no rule records (a streamed
+        request goes upstream before the ``request`` hook); an effect's body is
+        buffered, to be hashed and recorded."""
         request = flow.request
-        if request.pretty_host != HOST:
-            return None
-        if request.method != "POST" or not request.path.startswith(EFFECTS):
+        if _is_effect(request):
+            return
+        request.stream = True
+        if request.pretty_host == HOST:
             upstream = self.upstream
             request.scheme, request.host, request.port = "http", upstream.host, upstream.port
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if not _is_effect(flow.request):
+            assert flow.response is not None  # mitmproxy calls this hook with its headers
+            flow.response.stream = True
+
+    def request(self, flow: http.HTTPFlow) -> Coroutine[Any, Any, None] | None:
+        """An effect's work, as a coroutine mitmproxy awaits (a hook that is a coroutine
+        function would make one for every flow)."""
+        request = flow.request
+        if request.pretty_host != HOST or not _is_effect(request):
             return None
         return self.answer(flow, request.path)
 
@@ -104,6 +121,10 @@ class Floor:
         await self.commits.write(COMPLETED, (answer[0], stored, answer[1], key))
         self.answers[key] = answer
         return answer
+
+
+def _is_effect(request: http.Request) -> bool:
+    return request.method == "POST" and request.path.startswith(EFFECTS)
 
 
 async def serve(db: Path, upstream: URL, confdir: Path) -> None:
