@@ -44,6 +44,7 @@ class Child:
         stderr_path: Path | None = None,
     ) -> None:
         self.argv = list(argv)
+        self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "ab") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
         # argv comes from this package's own callers, never from outside input.
         self.proc = subprocess.Popen(  # noqa: S603
@@ -99,14 +100,29 @@ class Child:
                 seen = len(self.lines)
                 if self._eof:
                     raise ProcessFailed(
-                        f"{self.argv[:4]} exited ({self.proc.wait()}) before printing {pattern!r}"
+                        f"{self.argv[:4]} exited ({self.proc.wait()}) before printing "
+                        f"{pattern!r}{self.last_words()}"
                     )
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ProcessFailed(
                         f"{self.argv[:4]} did not print {pattern!r} within {timeout}s"
+                        f"{self.last_words()}"
                     )
                 self._arrived.wait(left)
+
+    def last_words(self, lines: int = 12) -> str:
+        """The end of what the child printed (stdout as read so far, and its stderr
+        file), for a failure to say why it happened: an agent's log is gone with the
+        test's temporary directory."""
+        said = [f"\n  stdout, last lines: {line}" for line in self.lines[-5:]]
+        if self.stderr_path is not None:
+            with contextlib.suppress(OSError):
+                with self.stderr_path.open("rb") as log:
+                    log.seek(max(0, self.stderr_path.stat().st_size - 8192))
+                    tail = log.read().decode(errors="replace").splitlines()[-lines:]
+                said += [f"\n  {self.stderr_path.name}: {line}" for line in tail]
+        return "".join(said)
 
     def wait(self, timeout: float = 30.0) -> int:
         """Wait for the child to exit on its own, and for its last stdout lines to be
