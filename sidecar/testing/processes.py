@@ -117,10 +117,9 @@ class Child:
         test's temporary directory."""
         said = [f"\n  stdout, last lines: {line}" for line in self.lines[-5:]]
         if self.stderr_path is not None:
-            with contextlib.suppress(OSError):
-                with self.stderr_path.open("rb") as log:
-                    log.seek(max(0, self.stderr_path.stat().st_size - 8192))
-                    tail = log.read().decode(errors="replace").splitlines()[-lines:]
+            with contextlib.suppress(OSError), self.stderr_path.open("rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - 8192))
+                tail = log.read().decode(errors="replace").splitlines()[-lines:]
                 said += [f"\n  {self.stderr_path.name}: {line}" for line in tail]
         return "".join(said)
 

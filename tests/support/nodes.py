@@ -265,7 +265,9 @@ def wait_frozen(child: Child, freeze: PushFreeze, timeout: float = 60.0) -> tupl
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if child.proc.poll() is not None:
-            raise ProcessFailed(f"{child.argv[:4]} exited ({child.proc.returncode}) unfrozen")
+            raise ProcessFailed(
+                f"{child.argv[:4]} exited ({child.proc.returncode}) unfrozen{child.last_words()}"
+            )
         if freeze.marker.exists():
             states = group_members(child.pid)
             # Stopped, or dead and waiting for a (stopped) parent to reap it.
@@ -273,7 +275,9 @@ def wait_frozen(child: Child, freeze: PushFreeze, timeout: float = 60.0) -> tupl
                 ref, commit = freeze.marker.read_text().split()
                 return ref.split("/", 3)[3], commit  # refs/remotes/<remote>/<branch>
         time.sleep(0.02)
-    raise ProcessFailed(f"{child.argv[:4]} did not freeze after a push within {timeout}s")
+    raise ProcessFailed(
+        f"{child.argv[:4]} did not freeze after a push within {timeout}s{child.last_words()}"
+    )
 
 
 def freeze(child: Child) -> None:
