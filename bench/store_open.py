@@ -76,10 +76,6 @@ def quick_check_alone(db: Path) -> None:
         assert [r[0] for r in conn.execute("PRAGMA quick_check(5)")] == ["ok"]
 
 
-def start_check(db: Path) -> None:
-    check_integrity(db)
-
-
 def serve_to_ready(data_dir: Path, log: Path) -> None:
     async def start() -> None:
         side = Child.python(
@@ -125,7 +121,9 @@ def main() -> None:
         serve_to_ready(empty, root / "empty.log")  # the empty data dir gets its store and CA
         rows: dict[str, Callable[[], None]] = {
             "quick_check alone (before)": lambda: quick_check_alone(full / "effects.db"),
-            "read through, then quick_check mapped (now)": lambda: start_check(full / "effects.db"),
+            "read through, then quick_check mapped (now)": lambda: check_integrity(
+                full / "effects.db"
+            ),
             "sidecar serve to /readyz, this store": lambda: serve_to_ready(full, root / "s.log"),
             "sidecar serve to /readyz, empty data dir": lambda: serve_to_ready(
                 empty, root / "e.log"
