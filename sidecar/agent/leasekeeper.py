@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
@@ -29,7 +29,11 @@ from sidecar.errors import (
     Unauthorized,
 )
 from sidecar.runtime.clock import Clock, SystemClock
-from sidecar.store import Store
+
+if TYPE_CHECKING:
+    # Only the sidecar's own lease (``serve --task``) is held straight from a store: a
+    # `sidecar exec` per agent run does not load the store's package (~7% of its import).
+    from sidecar.store import Store
 
 log = logging.getLogger("sidecar.lease")
 

@@ -4,13 +4,12 @@ cheap to import: the control API parses the same durations in every ``sidecar se
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from sidecar.cli.durations import duration, since
+from tests.support.imports import loaded_after_importing
 
 
 def test_durations():
@@ -27,15 +26,6 @@ def test_since_takes_a_duration_back_from_now_or_a_time():
     assert abs(datetime.now(UTC) - timedelta(hours=12) - since("12h")) < timedelta(minutes=1)
     with pytest.raises(argparse.ArgumentTypeError):
         since("yesterday")
-
-
-def loaded_after_importing(module: str) -> set[str]:
-    """The sidecar modules a fresh interpreter holds after importing ``module``."""
-    code = f"import sys, {module}; print(*(m for m in sys.modules if m.startswith('sidecar')))"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    return set(out.split())
 
 
 def test_importing_durations_loads_no_verb_nor_the_store():

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +16,7 @@ from sidecar.errors import ConfigError
 from sidecar.runtime.aio import stop_on_signals
 from sidecar.serve import server
 from sidecar.store import create_store
+from tests.support.imports import loaded_after_importing
 
 
 async def test_a_control_api_beyond_loopback_needs_a_token(tmp_path):
@@ -176,6 +175,4 @@ async def test_sigterm_and_sigint_set_the_stop_event():
 
 def test_serving_without_a_task_loads_no_lease_keeper():
     # The keeper is imported only with --task; a plain sidecar should not pay for it.
-    code = "import sys, sidecar.serve.server; print('sidecar.agent.leasekeeper' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert "sidecar.agent.leasekeeper" not in loaded_after_importing("sidecar.serve.server")
