@@ -13,16 +13,18 @@ password (UTF-16BE), ``Mighty Aphrodite`` and everything before.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import re
 import struct
 import time
-import warnings
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
-
 PASSWORD = "changeit"  # noqa: S105 - Java's customary default; a trust store holds nothing secret
+
+_PEM_CERTIFICATE = re.compile(
+    rb"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", re.DOTALL
+)
 
 
 def _utf(text: str) -> bytes:
@@ -30,14 +32,23 @@ def _utf(text: str) -> bytes:
     return struct.pack(">H", len(data)) + data
 
 
+def certificates_der(pem_bundle: bytes) -> list[bytes]:
+    """The DER of each certificate of a PEM bundle, in order; text around them is skipped.
+
+    A PEM certificate is the base64 of its DER between its two markers, so no X.509
+    parser is needed: ``sidecar exec`` writes this store for every agent it runs, and
+    importing one (``cryptography``) was about a sixth of exec's start-up."""
+    found = [base64.b64decode(body) for body in _PEM_CERTIFICATE.findall(pem_bundle)]
+    if not found:
+        raise ValueError("the bundle holds no PEM certificate")
+    return found
+
+
 def jks_bytes(pem_bundle: bytes, password: str = PASSWORD) -> bytes:
-    with warnings.catch_warnings():  # old system roots with non-positive serials
-        warnings.simplefilter("ignore")
-        certificates = x509.load_pem_x509_certificates(pem_bundle)
+    certificates = certificates_der(pem_bundle)
     now = int(time.time() * 1000)
     body = struct.pack(">III", 0xFEEDFEED, 2, len(certificates))
-    for index, certificate in enumerate(certificates):
-        der = certificate.public_bytes(Encoding.DER)
+    for index, der in enumerate(certificates):
         body += struct.pack(">I", 2) + _utf(f"ca{index}") + struct.pack(">Q", now)
         body += _utf("X.509") + struct.pack(">I", len(der)) + der
     digest = hashlib.sha1(  # noqa: S324 - the JKS format's own integrity check

@@ -26,7 +26,6 @@ from sidecar.errors import (
 from sidecar.runtime.clock import ManualClock
 from sidecar.store import Store, create_store
 from tests.conftest import sequential_ids
-from tests.support.imports import loaded_after_importing
 
 TTL = 0.3  # seconds: a heartbeat every 0.1 s of real time
 
@@ -289,11 +288,3 @@ async def test_no_sidecar_at_the_control_address_is_said_plainly(unused_tcp_port
         control = ControlLeases(session, f"http://127.0.0.1:{unused_tcp_port}/")
         with pytest.raises(SidecarUnreachable, match="no sidecar answers at"):
             await control.claim("312", "worker-a", 1)
-
-
-def test_sidecar_exec_loads_no_store():
-    # exec keeps its lease through the control API; the store's package (its commands,
-    # both backends) would add ~7% to the start-up of every agent run.
-    assert not {
-        m for m in loaded_after_importing("sidecar.cli.exec") if m.startswith("sidecar.store")
-    }

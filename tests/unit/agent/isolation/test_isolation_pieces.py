@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from datetime import UTC, datetime
 
+import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from sidecar.agent.isolation import jks, resolv
@@ -45,6 +46,25 @@ def test_jks_holds_every_certificate_of_the_bundle() -> None:
     data = jks.jks_bytes(first.public_bytes(Encoding.PEM) + second.public_bytes(Encoding.PEM))
     assert struct.unpack(">III", data[:12]) == (0xFEEDFEED, 2, 2)
     assert first.public_bytes(Encoding.DER) in data
+    assert second.public_bytes(Encoding.DER) in data
+
+
+def test_a_bundle_is_read_as_its_certificates_whatever_text_is_around_them() -> None:
+    first, _ = certs.make_ca("one")
+    second, _ = certs.make_ca("two")
+    bundle = (
+        b"# Issuer: CN=one\n" + first.public_bytes(Encoding.PEM).replace(b"\n", b"\r\n")
+        + b"\n# Issuer: CN=two\n" + second.public_bytes(Encoding.PEM) + b"\n"
+    )  # fmt: skip
+    assert jks.certificates_der(bundle) == [
+        first.public_bytes(Encoding.DER),
+        second.public_bytes(Encoding.DER),
+    ]
+
+
+def test_a_bundle_without_a_certificate_is_refused() -> None:
+    with pytest.raises(ValueError, match="no PEM certificate"):
+        jks.certificates_der(b"# nothing here\n")
 
 
 def held() -> Held:
