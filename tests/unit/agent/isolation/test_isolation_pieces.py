@@ -67,6 +67,14 @@ def test_a_bundle_without_a_certificate_is_refused() -> None:
         jks.certificates_der(b"# nothing here\n")
 
 
+def test_a_certificate_that_is_not_base64_is_refused() -> None:
+    first, _ = certs.make_ca("one")
+    pem = first.public_bytes(Encoding.PEM)
+    damaged = pem.replace(b"\n", b"\n%\n", 3)  # a character base64 does not have
+    with pytest.raises(ValueError, match="base64"):  # binascii.Error is a ValueError
+        jks.certificates_der(damaged)
+
+
 def held() -> Held:
     return Held(task="312", attempt_id="att-1", generation=1, expires_at=datetime.now(UTC))
 
