@@ -21,13 +21,12 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
-    PlainSerializer,
-    PlainValidator,
     Tag,
     field_validator,
     model_validator,
 )
 
+from sidecar.rules.parsed import Parsed
 from sidecar.rules.patterns import HostPattern, PathTemplate
 from sidecar.rules.sql import SqlMatch
 from sidecar.rules.templates import BUILTINS, Expression, Source, Template, UrlTemplate
@@ -119,30 +118,25 @@ def _methods(value: Any) -> tuple[str, ...]:
 
 JMESPath = Annotated[
     Expression,
-    PlainValidator(_parsing(Expression, Expression.compile, "a JMESPath expression")),
-    PlainSerializer(_source),
+    Parsed(_parsing(Expression, Expression.compile, "a JMESPath expression"), _source),
 ]
 TemplateText = Annotated[
     Template,
-    PlainValidator(_parsing(Template, Template.parse, "a template string")),
-    PlainSerializer(_source),
+    Parsed(_parsing(Template, Template.parse, "a template string"), _source),
 ]
 ProbePath = Annotated[
     UrlTemplate,
-    PlainValidator(_parsing(UrlTemplate, UrlTemplate.parse, "a path template")),
-    PlainSerializer(_source),
+    Parsed(_parsing(UrlTemplate, UrlTemplate.parse, "a path template"), _source),
 ]
 MatchPath = Annotated[
     PathTemplate,
-    PlainValidator(_parsing(PathTemplate, PathTemplate.parse, "a path template")),
-    PlainSerializer(_source),
+    Parsed(_parsing(PathTemplate, PathTemplate.parse, "a path template"), _source),
 ]
 Hosts = Annotated[
     tuple[HostPattern, ...],
-    PlainValidator(_hosts),
-    PlainSerializer(lambda hosts: [h.source for h in hosts]),
+    Parsed(_hosts, lambda hosts: [h.source for h in hosts]),
 ]
-Methods = Annotated[tuple[str, ...], PlainValidator(_methods), PlainSerializer(list)]
+Methods = Annotated[tuple[str, ...], Parsed(_methods, list)]
 Status = Annotated[int, Field(ge=100, le=599)]
 
 
@@ -242,7 +236,7 @@ def _field_path(value: Any) -> tuple[str, ...]:
     return steps
 
 
-FieldPath = Annotated[tuple[str, ...], PlainValidator(_field_path), PlainSerializer(".".join)]
+FieldPath = Annotated[tuple[str, ...], Parsed(_field_path, ".".join)]
 
 
 class Redact(_Frozen):

@@ -25,11 +25,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PlainSerializer,
-    PlainValidator,
     field_validator,
 )
 
+from sidecar.rules.parsed import Parsed
 from sidecar.rules.regex import LinearMatch, LinearPattern, compile_pattern
 
 # Statements PostgreSQL refuses inside a transaction block: the relay cannot run them in
@@ -60,12 +59,7 @@ class SqlCondition(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     kind: tuple[str, ...] = ()
-    regex: (
-        Annotated[
-            LinearPattern, PlainValidator(_regex), PlainSerializer(lambda regex: regex.source)
-        ]
-        | None
-    ) = None
+    regex: Annotated[LinearPattern, Parsed(_regex, lambda regex: regex.source)] | None = None
     comment: bool = Field(default=False, description="Only statements with a sidecar:key comment")
     key: str | None = None
 
