@@ -9,7 +9,7 @@ from typing import Any
 
 from sidecar.cli.options import add_store_options, settings
 from sidecar.config import DEFAULT_CONTROL_LISTEN, DEFAULT_PG_LISTEN, DEFAULT_PROXY_LISTEN
-from sidecar.runtime import logs
+from sidecar.runtime import logs, tls_roots
 
 
 def register(verbs: Any) -> None:
@@ -141,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         notify=args.notify,
     )
     logs.configure(chosen.log_level)
+    # First: the system's trusted roots then load on a thread while the rest imports.
+    tls_roots.import_aiohttp()
     # The whole sidecar, imported only when it runs: other verbs start faster.
     from sidecar.serve import server  # noqa: PLC0415
 

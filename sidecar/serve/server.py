@@ -44,7 +44,7 @@ from sidecar.proxy.upstream import Upstream
 from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
 from sidecar.rules.packs import default_rule_paths
-from sidecar.runtime import startup
+from sidecar.runtime import startup, tls_roots
 from sidecar.runtime.aio import spawn, stop_on_signals
 from sidecar.runtime.clock import SystemClock
 from sidecar.runtime.metrics import Metrics
@@ -178,6 +178,8 @@ async def _observe(
 
 
 async def start(settings: Settings) -> Running:
+    # Before any connection: the roots loading since aiohttp's import (done by now).
+    tls_roots.wait_for_roots()
     control_host, _ = parse_listen(settings.control_listen)
     proxy_host, proxy_port = parse_listen(settings.proxy_listen)
     token = settings.token()

@@ -80,7 +80,6 @@ ALLOW_LIST: dict[str, str] = {
     "sidecar.rules.patterns": "path patterns, through the matcher: unit/rules/test_matcher.py",
     "sidecar.store.sql_reads": "the SQL stores' reads; store/test_store_behaviour.py per backend",
     "sidecar.testing.upstream": "the counting upstream the README and the tests run as a process",
-    "sidecar.runtime.tls": "server TLS contexts; emulators/test_github_tls.py, kube webhook tests",
 }
 
 #: ``(file, function) -> (how many task starts, why)``: tasks started outside spawn.
