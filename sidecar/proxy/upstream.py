@@ -21,6 +21,7 @@ from pathlib import Path
 import aiohttp
 from yarl import URL
 
+from sidecar.errors import ConfigError
 from sidecar.proxy.routes import Routes
 
 # Never forwarded: per-connection framing, proxy credentials, and the sidecar's own.
@@ -109,7 +110,12 @@ class Upstream:
         context: ssl.SSLContext | bool = True
         if self._extra_ca is not None:
             context = ssl.create_default_context()
-            context.load_verify_locations(cafile=str(self._extra_ca))
+            try:
+                context.load_verify_locations(cafile=str(self._extra_ca))
+            except (OSError, ssl.SSLError) as error:
+                raise ConfigError(
+                    f"--upstream-ca: cannot read CA certificates from {self._extra_ca}: {error}"
+                ) from error
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=context, limit=256),
             auto_decompress=False,

@@ -41,6 +41,7 @@ from sidecar.proxy.embed import EmbeddedProxy, interception_hosts
 from sidecar.proxy.guard import EffectGuard
 from sidecar.proxy.routes import Routes
 from sidecar.proxy.upstream import Upstream
+from sidecar.proxy.upstream_trust import upstream_trust_file
 from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
 from sidecar.rules.packs import default_rule_paths
@@ -204,6 +205,8 @@ async def start(settings: Settings) -> Running:
             settings.ca_from.expanduser() if settings.ca_from else None,
             settings.ca_bundle.expanduser() if settings.ca_bundle else None,
         )
+        # Checked here, before any listener: a bad --upstream-ca is a ConfigError.
+        upstream_trust = upstream_trust_file(authority.confdir, settings.upstream_ca)
         upstream = Upstream(routes, extra_ca=settings.upstream_ca)
         await upstream.start()
         stops.append(upstream.close)
@@ -233,7 +236,7 @@ async def start(settings: Settings) -> Running:
                 TunnelCounter(metrics),
             ],
             allow_hosts=interception_hosts(rules, routes),
-            upstream_ca=settings.upstream_ca,
+            upstream_ca=upstream_trust,
         )
         bound = await proxy.start()
         stops.append(proxy.stop)

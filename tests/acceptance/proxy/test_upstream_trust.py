@@ -1,17 +1,20 @@
-"""The sidecar checks an HTTPS upstream against the system's trusted roots, which it
-loads while it starts (``sidecar.runtime.tls_roots``): a recorded effect reaches an
-upstream whose certificate a root of the system signed, and is refused, unsent, by one
-that no root signed.
+"""An HTTPS upstream is checked against the same CAs whichever connection reaches it:
+the sidecar's own client (a recorded effect) and mitmproxy's (a request no rule records,
+streamed through). Both trust the system's roots - loaded while the sidecar starts,
+``sidecar.runtime.tls_roots`` - and ``--upstream-ca`` on top of them, not instead.
 
 The "system" is ``SSL_CERT_FILE``, which OpenSSL reads in place of the machine's bundle:
 the upstream is the GitHub emulator over HTTPS, with a certificate for 127.0.0.1 signed
-by a test CA, and the sidecar routes api.github.com to it with no ``--upstream-ca``.
+by a test CA, and the sidecar routes api.github.com to it. An upstream nothing trusted
+signed gets nothing: the effect is refused unsent, the read fails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -52,31 +55,45 @@ def emulator(
         yield up
 
 
-def create_repo_through(sidecar: SidecarProcess, task: str, name: str) -> requests.Response:
-    claim = sidecar.post(f"/v1/tasks/{task}/claim", {"worker": "w", "ttl_s": 60})
-    assert claim["generation"] == 1
-    # Over plain HTTP to the proxy: the sidecar's own client is the only one that meets
-    # the upstream (mitmproxy would otherwise open a connection of its own for the
-    # CONNECT, checked against its own trust store).
-    return requests.post(
-        "http://api.github.com/user/repos",
-        json={"name": name},
-        headers=TOKEN | {"X-Sidecar-Task": task},
-        proxies={"http": sidecar.proxy},
+@dataclass(frozen=True)
+class Trust:
+    """Whose CA signs what the sidecar is given to trust: the system's (``SSL_CERT_FILE``)
+    and ``--upstream-ca``'s; "ours" is the CA that signed the upstream's certificate."""
+
+    system: str
+    extra: str | None
+    trusted: bool
+
+
+TRUSTS = {
+    "system-roots-sign-it": Trust("ours", None, trusted=True),
+    "nothing-signs-it": Trust("other", None, trusted=False),
+    "upstream-ca-adds-to-the-system-roots": Trust("ours", "other", trusted=True),
+    "upstream-ca-signs-it": Trust("other", "ours", trusted=True),
+}
+
+
+def through_the_proxy(sidecar: SidecarProcess, method: str, path: str, **kw: Any) -> Any:
+    """A request to api.github.com through the proxy, over CONNECT, as agents make them."""
+    return requests.request(
+        method,
+        f"https://api.github.com{path}",
+        headers=TOKEN | {"X-Sidecar-Task": "t-trust"},
+        proxies={"https": sidecar.proxy},
+        verify=sidecar.ca_cert,
         timeout=30,
+        **kw,
     )
 
 
-@pytest.mark.parametrize("trusted", [True, False], ids=["signed-by-a-root", "signed-by-none"])
-def test_an_https_upstream_is_checked_against_the_system_roots(
-    tmp_path: Path, emulator: Emulator, trusted_ca: tuple[Path, Path, Path], trusted: bool
+@pytest.mark.parametrize("trust", TRUSTS.values(), ids=TRUSTS.keys())
+def test_an_https_upstream_is_trusted_by_the_same_cas_on_every_path(
+    tmp_path: Path, emulator: Emulator, trusted_ca: tuple[Path, Path, Path], trust: Trust
 ) -> None:
-    ca_file, _, _ = trusted_ca
-    name = f"checked-{'trusted' if trusted else 'untrusted'}"
-    roots = ca_file
-    if not trusted:
-        other, _ = certs.write_ca(tmp_path / "other-ca")
-        roots = other
+    ours, _, _ = trusted_ca
+    other, _ = certs.write_ca(tmp_path / "other-ca")
+    ca = {"ours": ours, "other": other}
+    name = f"repo-{tmp_path.name}"
     logs = tmp_path / "logs"
     logs.mkdir()
     rules = tmp_path / "repos.yaml"
@@ -86,23 +103,30 @@ def test_an_https_upstream_is_checked_against_the_system_roots(
         logs,
         rules=[rules],
         routes=[f"api.github.com={emulator.url}"],
+        args=["--upstream-ca", str(ca[trust.extra])] if trust.extra else [],
     )
-    sidecar.start({"SSL_CERT_FILE": str(roots)})
+    sidecar.start({"SSL_CERT_FILE": str(ca[trust.system])})
     try:
-        answer = create_repo_through(sidecar, "t-trust", name)
+        sidecar.post("/v1/tasks/t-trust/claim", {"worker": "w", "ttl_s": 60})
+        # Recorded: forwarded by the sidecar's own client.
+        created = through_the_proxy(sidecar, "POST", "/user/repos", json={"name": name})
+        # Read: no rule records it, mitmproxy streams it over a connection of its own.
+        read = through_the_proxy(sidecar, "GET", f"/repos/agent/{name}")
         (effect,) = sidecar.get("/v1/tasks/t-trust/effects")["effects"]
     finally:
         sidecar.terminate()
-    listed = requests.get(
-        f"{emulator.url}/repos/agent/{name}", headers=TOKEN, verify=str(ca_file), timeout=10
+    there = requests.get(
+        f"{emulator.url}/repos/agent/{name}", headers=TOKEN, verify=str(ours), timeout=10
     )
-    if trusted:
-        assert (answer.status_code, answer.headers["X-Sidecar-Effect"]) == (201, "recorded")
-        assert answer.json()["full_name"] == f"agent/{name}"
+    if trust.trusted:
+        assert (created.status_code, created.headers["X-Sidecar-Effect"]) == (201, "recorded")
         assert effect["state"] == "completed"
-        assert listed.status_code == 200
+        assert (read.status_code, read.headers["X-Sidecar-Effect"]) == (200, "passthrough")
+        assert read.json()["full_name"] == f"agent/{name}"
+        assert there.status_code == 200
     else:
-        assert answer.status_code == 502, answer.text
-        assert "CERTIFICATE_VERIFY_FAILED" in answer.json()["detail"]
+        assert created.status_code == 502, created.text
+        assert "CERTIFICATE_VERIFY_FAILED" in created.json()["detail"]
         assert effect["state"] == "failed"
-        assert listed.status_code == 404  # the emulator never saw it
+        assert read.status_code == 502, read.text
+        assert there.status_code == 404  # the emulator never saw it

@@ -1,0 +1,40 @@
+"""What the proxy trusts of the servers it connects to: the system's roots, and
+``--upstream-ca`` on top of them.
+
+Two clients reach upstream servers: the sidecar's own (:mod:`.upstream`, for the effects
+it records), which checks them against the system's trusted roots plus
+``--upstream-ca``; and mitmproxy, for everything it streams through (reads, calls no rule
+records).  Left to itself, mitmproxy trusts certifi's roots, not the system's, and only
+``--upstream-ca`` once that is given: a server signed by a company CA in the system store
+answered effects but not reads, and with ``--upstream-ca`` every public host's reads
+failed.  :func:`upstream_trust_file` writes the one set both must trust, for mitmproxy
+(``ssl_verify_upstream_trusted_ca``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sidecar.errors import ConfigError
+from sidecar.proxy.ca import system_roots
+
+FILE_NAME = "upstream-roots.pem"
+
+
+def upstream_trust_file(confdir: Path, extra_ca: Path | None) -> Path:
+    """Write ``confdir/upstream-roots.pem``: the system's roots (certifi's where the
+    system has none), then ``extra_ca``'s certificates; return its path."""
+    trusted = system_roots().rstrip("\n") + "\n"
+    if extra_ca is not None:
+        try:
+            extra = extra_ca.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"--upstream-ca: cannot read {extra_ca}: {error}") from error
+        if "-----BEGIN CERTIFICATE-----" not in extra:
+            raise ConfigError(f"--upstream-ca: {extra_ca} holds no PEM certificate")
+        trusted += extra.rstrip("\n") + "\n"
+    path = confdir / FILE_NAME
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(trusted, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,71 @@
+"""The CAs the proxy trusts of upstream servers: the system's roots, then --upstream-ca's
+certificates; a file that is not one is refused before anything listens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar import config
+from sidecar.errors import ConfigError
+from sidecar.proxy.ca import system_roots
+from sidecar.proxy.upstream_trust import upstream_trust_file
+from sidecar.serve import server
+from tests.support.certs import write_ca
+
+
+def test_without_an_upstream_ca_it_is_the_system_roots(tmp_path: Path) -> None:
+    written = upstream_trust_file(tmp_path, None)
+    assert written == tmp_path / "upstream-roots.pem"
+    assert written.read_text() == system_roots().rstrip("\n") + "\n"
+
+
+def test_an_upstream_ca_comes_after_the_system_roots_not_instead(tmp_path: Path) -> None:
+    extra, _ = write_ca(tmp_path / "extra")
+    written = upstream_trust_file(tmp_path, extra).read_text()
+    assert written.startswith(system_roots().rstrip("\n") + "\n")
+    assert written.endswith(extra.read_text())
+
+
+def test_each_start_writes_it_afresh(tmp_path: Path) -> None:
+    extra, _ = write_ca(tmp_path / "extra")
+    upstream_trust_file(tmp_path, extra)
+    assert extra.read_text() not in upstream_trust_file(tmp_path, None).read_text()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read"),
+        ("not a certificate\n", "holds no PEM certificate"),
+        (b"\xff\xfe binary", "cannot read"),
+    ],
+)
+def test_an_unusable_upstream_ca_is_a_config_error_naming_it(
+    tmp_path: Path, content: str | bytes | None, message: str
+) -> None:
+    given = tmp_path / "given.pem"
+    if isinstance(content, bytes):
+        given.write_bytes(content)
+    elif content is not None:
+        given.write_text(content)
+    with pytest.raises(ConfigError, match=f"--upstream-ca: .*{message}"):
+        upstream_trust_file(tmp_path, given)
+
+
+async def test_start_refuses_a_certificate_it_cannot_parse_before_listening(
+    tmp_path: Path,
+) -> None:
+    given = tmp_path / "given.pem"
+    given.write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    settings = config.load(
+        {
+            "control_listen": "127.0.0.1:0",
+            "proxy_listen": "127.0.0.1:0",
+            "data_dir": tmp_path / "data",
+            "upstream_ca": given,
+        }
+    )
+    with pytest.raises(ConfigError, match="--upstream-ca: cannot read CA certificates from"):
+        await server.start(settings)
