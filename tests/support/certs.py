@@ -125,6 +125,17 @@ def issue(
     return cert, key
 
 
+def write_serving_chain(
+    folder: Path, name: str, *, dns: Sequence[str] = ()
+) -> tuple[Path, Path, Path]:
+    """A new test CA and a serving certificate it signed for 127.0.0.1 and ``dns``,
+    written under ``folder``: ``(CA certificate file, certificate file, key file)``."""
+    ca_cert, ca_key = make_ca()
+    ca_file, _ = write_ca(folder / "ca", ca_cert, ca_key)
+    cert_file, key_file = write_ca(folder / "server", *issue(ca_cert, ca_key, name, dns=dns))
+    return ca_file, cert_file, key_file
+
+
 def cert_pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 

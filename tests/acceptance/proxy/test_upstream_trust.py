@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from sidecar.testing.sidecar import SidecarProcess
-from tests.integration.emulators import TOKEN, Emulator, running_github
+from tests.integration.emulators import TOKEN, Emulator, running_github_tls
 from tests.support import certs
 
 RULES = """\
@@ -38,20 +38,14 @@ rules:
 def trusted_ca(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """The CA file the emulator's certificate chains to, and that certificate and key."""
     folder = tmp_path_factory.mktemp("tls")
-    ca_cert, ca_key = certs.make_ca()
-    ca_file, _ = certs.write_ca(folder / "ca", ca_cert, ca_key)
-    cert, key = certs.issue(ca_cert, ca_key, "github emulator", dns=["api.github.com"])
-    cert_file, key_file = certs.write_ca(folder / "server", cert, key)
-    return ca_file, cert_file, key_file
+    return certs.write_serving_chain(folder, "github emulator", dns=["api.github.com"])
 
 
 @pytest.fixture(scope="module")
 def emulator(
     tmp_path_factory: pytest.TempPathFactory, trusted_ca: tuple[Path, Path, Path]
 ) -> Iterator[Emulator]:
-    _, cert_file, key_file = trusted_ca
-    data = tmp_path_factory.mktemp("github") / "data"
-    with running_github(data, "--tls-cert", str(cert_file), "--tls-key", str(key_file)) as up:
+    with running_github_tls(tmp_path_factory.mktemp("github") / "data", trusted_ca) as up:
         yield up
 
 

@@ -49,6 +49,15 @@ def running_github(data: Path, *args: str) -> Iterator[Emulator]:
         yield Emulator(child, url, data)
 
 
+@contextmanager
+def running_github_tls(data: Path, chain: tuple[Path, Path, Path]) -> Iterator[Emulator]:
+    """The emulator over HTTPS, serving the certificate of ``chain`` (CA file, certificate
+    file, key file: ``tests.support.certs.write_serving_chain``)."""
+    _, cert_file, key_file = chain
+    with running_github(data, "--tls-cert", str(cert_file), "--tls-key", str(key_file)) as up:
+        yield up
+
+
 def git_env(home: Path) -> dict[str, str]:
     """An environment in which git reads no user or system configuration and never asks."""
     home.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.integration.emulators import TOKEN, Emulator, git, git_env, running_github
+from tests.integration.emulators import (
+    TOKEN,
+    Emulator,
+    git,
+    git_env,
+    running_github_tls,
+)
 from tests.support import certs
 
 
@@ -24,23 +30,16 @@ from tests.support import certs
 def ca(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """The test CA's certificate file, and a serving certificate and key it signed."""
     folder = tmp_path_factory.mktemp("tls")
-    ca_cert, ca_key = certs.make_ca()
-    ca_file, _ = certs.write_ca(folder / "ca", ca_cert, ca_key)
-    cert, key = certs.issue(
-        ca_cert, ca_key, "github emulator", dns=["api.github.com", "github.com"]
+    return certs.write_serving_chain(
+        folder, "github emulator", dns=["api.github.com", "github.com"]
     )
-    cert_file, key_file = certs.write_ca(folder / "server", cert, key)
-    return ca_file, cert_file, key_file
 
 
 @pytest.fixture(scope="module")
 def emulator(
     tmp_path_factory: pytest.TempPathFactory, ca: tuple[Path, Path, Path]
 ) -> Iterator[Emulator]:
-    _, cert_file, key_file = ca
-    data = tmp_path_factory.mktemp("github") / "data"
-    tls = ("--tls-cert", str(cert_file), "--tls-key", str(key_file))
-    with running_github(data, *tls) as running:
+    with running_github_tls(tmp_path_factory.mktemp("github") / "data", ca) as running:
         yield running
 
 
