@@ -5,14 +5,14 @@ Importing ``aiohttp.connector`` builds two TLS client contexts, and each loads e
 trusted root of the system: OpenSSL parses the whole CA bundle, about 20 ms and 0.8 MiB
 each on a 2-core VM.  One is for verified connections (``ssl=True``: what the upstream
 session and the notifier use); the other is for ``ssl=False``, whose ``CERT_NONE``
-never looks at a root.  Together that was 7% of the sidecar's start-up.
+never looks at a root.  Together that was about 6% of the sidecar's start-up.
 
 :func:`import_aiohttp` imports it with those loads held back, then loads the roots of
 each context that verifies on a thread of its own: OpenSSL parses without the GIL, so
 the load overlaps the rest of the imports.  A context that verifies nothing is left
 without roots.  :func:`wait_for_roots` returns once the load is done; the server calls it
 before it makes any connection, so no connection is ever checked against a context whose
-roots are still loading (one that were would fail closed, never pass).
+roots are still loading (such a check would fail closed, never pass).
 
 Only the process that calls :func:`import_aiohttp` before anything imports aiohttp is
 changed; in any other (tests that start a sidecar in their own process, every other
