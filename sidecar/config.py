@@ -37,6 +37,12 @@ def parse_listen(value: str, default_host: str = "127.0.0.1") -> tuple[str, int]
     return (host.strip("[]") or default_host), int(port)
 
 
+def control_url(given: str) -> str:
+    """A control API address as given (``HOST:PORT`` or a URL) as a URL, no trailing /."""
+    url = given.rstrip("/")
+    return url if "://" in url else f"http://{url}"
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -43,6 +43,7 @@ from sidecar.agent.leasekeeper import ControlLeases, Held, LeaseKeeper
 from sidecar.agent.trust import PG_CHANNEL_BINDING, TRUST_VARIABLES
 from sidecar.domain.model import AgentExit, Checkpoint
 from sidecar.errors import ConfigError, LeaseHeld, SidecarError, SidecarUnreachable
+from sidecar.runtime import tls_roots
 
 log = logging.getLogger("sidecar.exec")
 
@@ -251,6 +252,7 @@ async def run(
     notes = notes or Notes()
     isolation = isolation or Isolation(requested=False)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    tls_roots.wait_for_roots()  # loading since exec imported aiohttp, done by now
     async with aiohttp.ClientSession(headers=headers) as session:
         info = await _proxy_info(session, control_url)
         isolation = with_sidecars_relay(isolation, info)

@@ -22,6 +22,7 @@ import aiohttp
 from yarl import URL
 
 from sidecar import config
+from sidecar.config import control_url
 from sidecar.errors import (
     ConfigError,
     EffectUnknown,
@@ -48,11 +49,6 @@ def add_control_options(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         metavar="FILE",
         help="its bearer token (or SIDECAR_CONTROL_TOKEN)",
     )
-
-
-def control_url(given: str) -> str:
-    url = given.rstrip("/")
-    return url if "://" in url else f"http://{url}"
 
 
 class ControlClient:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from sidecar import config
-from sidecar.agent import worker
-from sidecar.cli.control_client import control_url
 from sidecar.cli.options import add_config_option, add_deprecated_alias, deprecated
-from sidecar.config import DEFAULT_CONTROL_LISTEN
+from sidecar.config import DEFAULT_CONTROL_LISTEN, control_url
 from sidecar.errors import ConfigError, LeaseHeld, SidecarUnreachable
-from sidecar.runtime import logs
+from sidecar.runtime import logs, tls_roots
+
+if TYPE_CHECKING:
+    from sidecar.agent import worker
 
 
 def register(verbs: Any) -> None:
@@ -126,6 +127,8 @@ def control_of(args: argparse.Namespace) -> tuple[str, config.Settings, str]:
 
 def isolation_of(args: argparse.Namespace, settings: config.Settings) -> worker.Isolation:
     """``--isolate``/``--no-isolate`` and where PostgreSQL connections go when isolated."""
+    from sidecar.agent import worker  # noqa: PLC0415 - imported by run() already
+
     relay: tuple[str, int] | None = None
     pg_ports = [5432]
     if args.pg_relay:
@@ -147,6 +150,10 @@ def run(args: argparse.Namespace) -> int:
         )
     control, settings, where = control_of(args)
     logs.configure(args.log_level)
+    # First: the system's trusted roots then load on a thread while the rest imports.
+    tls_roots.import_aiohttp()
+    from sidecar.agent import worker  # noqa: PLC0415 - after aiohttp, see above
+
     try:
         return asyncio.run(
             worker.run(

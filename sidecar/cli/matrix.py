@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import config
-from sidecar.cli.control_client import control_url
 from sidecar.errors import ConfigError
 from sidecar.matrix.faults import FAULTS, chosen
 from sidecar.matrix.run import Plan, run, summary
@@ -129,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
             tuple(args.route),
             args.pg_upstream,
             args.lease_ttl_s,
-            control=control_url(args.control) if args.control else None,
+            control=config.control_url(args.control) if args.control else None,
             token=config.load({"control_token_file": args.control_token_file}).token(),
         ),
         load_rules(rule_paths),

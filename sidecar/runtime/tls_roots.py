@@ -1,5 +1,5 @@
-"""aiohttp imported by ``sidecar serve`` without its TLS contexts' trusted roots loaded on
-the start-up's path.
+"""aiohttp imported by ``sidecar serve`` and ``sidecar exec`` without its TLS contexts'
+trusted roots loaded on the start-up's path.
 
 Importing ``aiohttp.connector`` builds two TLS client contexts, and each loads every
 trusted root of the system: OpenSSL parses the whole CA bundle, about 20 ms and 0.8 MiB
@@ -11,12 +11,13 @@ never looks at a root.  Together that was about 6% of the sidecar's start-up.
 each context that verifies on a thread of its own: OpenSSL parses without the GIL, so
 the load overlaps the rest of the imports.  A context that verifies nothing is left
 without roots.  :func:`wait_for_roots` returns once the load is done; the server calls it
-before it makes any connection, so no connection is ever checked against a context whose
-roots are still loading (such a check would fail closed, never pass).
+before it makes any connection, and so does ``exec`` before its first call to the
+control API: no connection is ever checked against a context whose roots are still
+loading (such a check would fail closed, never pass).
 
 Only the process that calls :func:`import_aiohttp` before anything imports aiohttp is
-changed; in any other (tests that start a sidecar in their own process, every other
-verb) aiohttp loads its roots as it always does.
+changed; in any other (tests that run a sidecar or a worker in their own process, the
+other verbs) aiohttp loads its roots as it always does.
 """
 
 from __future__ import annotations

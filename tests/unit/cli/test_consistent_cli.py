@@ -12,7 +12,8 @@ import pytest
 from sidecar import cli
 from sidecar.cli import build_parser, exit_code, main
 from sidecar.cli import exec as exec_
-from sidecar.cli.control_client import control_url, problem_error
+from sidecar.cli.control_client import problem_error
+from sidecar.config import control_url
 from sidecar.errors import (
     ConfigError,
     EffectUnknown,

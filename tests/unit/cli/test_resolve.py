@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import main
-from sidecar.cli.control_client import control_url
 from sidecar.cli.resolve import default_by
+from sidecar.config import control_url
 from sidecar.domain.model import EffectState
 from sidecar.store import create_store
 

@@ -77,10 +77,10 @@ def test_once_aiohttp_is_imported_nothing_is_held_back() -> None:
     assert ssl.SSLContext.set_default_verify_paths is load
 
 
-def test_other_verbs_import_aiohttp_as_it_is() -> None:
+def test_a_process_that_does_not_ask_imports_aiohttp_as_it_is() -> None:
     out = in_a_fresh_interpreter(
         """
-        import sidecar.cli.exec
+        import sidecar.runtime.tls_roots
         from aiohttp import connector
         out = {"verified": connector._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509_ca"]}
         """
