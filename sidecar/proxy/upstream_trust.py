@@ -23,18 +23,19 @@ FILE_NAME = "upstream-roots.pem"
 
 def upstream_trust_file(confdir: Path, extra_ca: Path | None) -> Path:
     """Write ``confdir/upstream-roots.pem``: the system's roots (certifi's where the
-    system has none), then ``extra_ca``'s certificates; return its path."""
-    trusted = system_roots().rstrip("\n") + "\n"
+    system has none), then ``extra_ca`` byte for byte; return its path.
+
+    ``extra_ca`` is the one the sidecar's own client has loaded already
+    (:meth:`.upstream.Upstream.start`), which is where a file that holds no certificate
+    is refused; here it is only copied."""
+    trusted = system_roots().rstrip("\n").encode() + b"\n"
     if extra_ca is not None:
         try:
-            extra = extra_ca.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
+            trusted += extra_ca.read_bytes().rstrip(b"\n") + b"\n"
+        except OSError as error:
             raise ConfigError(f"--upstream-ca: cannot read {extra_ca}: {error}") from error
-        if "-----BEGIN CERTIFICATE-----" not in extra:
-            raise ConfigError(f"--upstream-ca: {extra_ca} holds no PEM certificate")
-        trusted += extra.rstrip("\n") + "\n"
     path = confdir / FILE_NAME
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(trusted, encoding="utf-8")
+    tmp.write_bytes(trusted)
     tmp.replace(path)
     return path

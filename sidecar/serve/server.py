@@ -205,8 +205,7 @@ async def start(settings: Settings) -> Running:
             settings.ca_from.expanduser() if settings.ca_from else None,
             settings.ca_bundle.expanduser() if settings.ca_bundle else None,
         )
-        # Checked here, before any listener: a bad --upstream-ca is a ConfigError.
-        upstream_trust = upstream_trust_file(authority.confdir, settings.upstream_ca)
+        # Before any listener: a bad --upstream-ca is refused here, as a ConfigError.
         upstream = Upstream(routes, extra_ca=settings.upstream_ca)
         await upstream.start()
         stops.append(upstream.close)
@@ -236,7 +235,7 @@ async def start(settings: Settings) -> Running:
                 TunnelCounter(metrics),
             ],
             allow_hosts=interception_hosts(rules, routes),
-            upstream_ca=upstream_trust,
+            upstream_ca=upstream_trust_file(authority.confdir, settings.upstream_ca),
         )
         bound = await proxy.start()
         stops.append(proxy.stop)
