@@ -160,6 +160,9 @@ class _Wire:
     complete: Callable[[list[bytes]], Awaitable[None]]  # the record's completion
     ensure_schema: Callable[[], Awaitable[None]]
     simple: bool
+    # The statement is alone in a transaction of the sidecar's own, which ``abandon``
+    # rolls back: its record can travel with it (see Statements._with_statement).
+    abandon: Callable[[], Awaitable[None]] | None = None
 
 
 class Statements:
@@ -197,8 +200,9 @@ class Statements:
             binding = await self._binding()
             if wrap_all:
                 self._begin(run)
+            alone = len(classified) == 1
             for statement, match in classified:
-                if not await self._one(conversation, binding, statement, match, run):
+                if not await self._one(conversation, binding, statement, match, run, alone):
                     break
             else:
                 if run.ours_open:
@@ -223,8 +227,10 @@ class Statements:
         statement: Statement,
         match: SqlRuleMatch | None,
         run: _Query,
+        alone: bool = False,
     ) -> bool:
-        """One statement of a simple Query; False if it failed (the rest is skipped)."""
+        """One statement of a simple Query (``alone``: the only one); False if it failed
+        (the rest is skipped)."""
         if match is None:
             answers = await self._ask(conversation, run, messages.query(statement.text))
             run.out += b"".join(a.raw for a in answers if a.kind != b"Z")
@@ -239,7 +245,10 @@ class Statements:
             return succeeded
         if wrap_one:
             self._begin(run)
-        done = await self._guarded_simple(conversation, binding, match, statement, run)
+        # Nothing else runs in the transaction the sidecar opened for it: if its record is
+        # there already, that transaction can be rolled back whole.
+        alone = alone and run.ours_open and not run.in_ours
+        done = await self._guarded_simple(conversation, binding, match, statement, run, alone)
         if done is None:
             return False
         if isinstance(done, Done):
@@ -255,6 +264,7 @@ class Statements:
         match: SqlRuleMatch,
         statement: Statement,
         run: _Query,
+        alone: bool,
     ) -> Done | bool | None:
         """Run (or replay) one guarded statement, its answer added to ``run.out``: its
         Done if it ran, True if replayed, None if it failed."""
@@ -278,6 +288,7 @@ class Statements:
             complete=complete,
             ensure_schema=lambda: self._ensure_schema(conversation, run),
             simple=True,
+            abandon=(lambda: self._rollback(conversation, run)) if alone else None,
         )
         key = self._take(binding, statement, redaction.effect_key(match, statement))
         try:
@@ -297,34 +308,94 @@ class Statements:
         """Record, then replay or run one guarded statement, whichever protocol carries
         it: its Done if it ran, True if it was answered from its record, None if it
         failed.  The effect is logged pending while the record is inserted, and that
-        write is awaited before the statement may run."""
+        write is awaited before the statement may run; a statement alone in the
+        sidecar's own transaction has it awaited before the record goes, which then
+        travels with the statement."""
         failpoints.reach("sql.before_pending", match.rule.name)
         await wire.ensure_schema()
         values = records.record_values(
             binding.task, key, binding.attempt_id, binding.generation,
             redaction.redacted_text(statement.text),  # no password literal kept in clear
         )  # fmt: skip
-        # The record goes out, and while the server inserts it the effect is logged
-        # pending - awaited here, not in a task of its own, which would wake this one a
-        # loop turn after the store answered.
-        sent = wire.send(*records.request(records.RECORD, values, sync=wire.simple))
-        try:
+        record = records.request(records.RECORD, values, sync=wire.simple)
+        if wire.abandon is not None:
             logged = await self.mirror.pending(binding, match, key, statement)
-        finally:
-            answers = await wire.collect(sent)  # before anything else is sent
+            if logged is None:
+                return await self._with_statement(wire, binding, match, key, statement, values)
+            answers = await wire.ask(*record)  # an earlier try: its record decides first
+        else:
+            # The record goes out, and while the server inserts it the effect is logged
+            # pending - awaited here, not in a task of its own, which would wake this one
+            # a loop turn after the store answered.
+            sent = wire.send(*record)
+            try:
+                logged = await self.mirror.pending(binding, match, key, statement)
+            finally:
+                answers = await wire.collect(sent)  # before anything else is sent
         self._check_record(answers)
         if not records.is_new(answers):
-            recall = records.request(records.RECALL, [binding.task, key], sync=wire.simple)
-            answers = await wire.ask(*recall)
-            records.raise_on_error(answers, "cannot read effect_sidecar.effects")
-            recalled = records.recalled(answers)
-            self._replayed(binding, key, logged, recalled.tag, match.rule.name)
-            wire.answer(recalled.answer(simple=wire.simple))
-            return True
+            return await self._replay(wire, binding, match, key, logged)
         await self.mirror.run_again(binding, key, logged)
         failpoints.reach("sql.before_statement", match.rule.name)
         _log_forwarded(binding, key, match.rule.name)
-        answers = await wire.run()
+        return await self._ran(wire, binding, match, key, await wire.run())
+
+    async def _with_statement(
+        self,
+        wire: _Wire,
+        binding: Binding,
+        match: SqlRuleMatch,
+        key: str,
+        statement: Statement,
+        values: list[str],
+    ) -> Done | bool | None:
+        """A new effect (its pending write is durable, and the log knew nothing of it) of
+        a statement alone in the sidecar's own transaction: its record and the statement
+        go in one round trip.  The record is inserted with no ON CONFLICT: if one is there
+        already (another sidecar's, or the log lost it), the insert fails the
+        transaction, the server skips the statement, and the transaction is rolled back
+        before the recorded answer is replayed - the statement never runs twice."""
+        assert wire.abandon is not None
+        failpoints.reach("sql.before_statement", match.rule.name)
+        _log_forwarded(binding, key, match.rule.name)
+        answers = await wire.ask(
+            *records.request(records.RECORD_OR_FAIL, values, sync=True),
+            messages.query(statement.text),
+        )
+        ready = next(i for i, a in enumerate(answers) if a.kind == b"Z")
+        recorded, answers = answers[: ready + 1], answers[ready + 1 :]
+        if records.already_recorded(recorded):
+            await wire.abandon()
+            return await self._replay(wire, binding, match, key, None)
+        self._check_record(recorded)
+        return await self._ran(wire, binding, match, key, answers)
+
+    async def _replay(
+        self,
+        wire: _Wire,
+        binding: Binding,
+        match: SqlRuleMatch,
+        key: str,
+        logged: EffectState | None,
+    ) -> bool:
+        """Answer a statement whose record is committed: from that record."""
+        recall = records.request(records.RECALL, [binding.task, key], sync=wire.simple)
+        answers = await wire.ask(*recall)
+        records.raise_on_error(answers, "cannot read effect_sidecar.effects")
+        recalled = records.recalled(answers)
+        self._replayed(binding, key, logged, recalled.tag, match.rule.name)
+        wire.answer(recalled.answer(simple=wire.simple))
+        return True
+
+    async def _ran(
+        self,
+        wire: _Wire,
+        binding: Binding,
+        match: SqlRuleMatch,
+        key: str,
+        answers: list[Message],
+    ) -> Done | None:
+        """The statement's answer: relayed, and its record completed if it succeeded."""
         done = Done(binding, key, match.rule.name, records.command_tag(answers))
         # (List comprehensions, not generators: run inline, with no frame per answer.)
         relayed = b"".join([a.raw for a in answers if a.kind != b"Z"])
@@ -418,6 +489,7 @@ class Statements:
         run.owed.clear()
         run.ours_open = False
         if run.begin_sent:
+            run.begin_sent = False
             await conversation.ask(messages.query("ROLLBACK"))
 
     async def _ask(self, conversation: Conversation, run: _Query, *parts: bytes) -> list[Message]:

@@ -39,6 +39,13 @@ RECORD = (
     "INSERT INTO effect_sidecar.effects (task, key, attempt_id, generation, statement)"
     " VALUES ($1, $2, $3, $4::integer, $5) ON CONFLICT (task, key) DO NOTHING RETURNING 1"
 )
+# RECORD for a statement sent right behind it, in a transaction of the sidecar's own: a
+# record already there fails the transaction (unique_violation), and with it the
+# statement, which the server then skips - so the two can travel together.
+RECORD_OR_FAIL = (
+    "INSERT INTO effect_sidecar.effects (task, key, attempt_id, generation, statement)"
+    " VALUES ($1, $2, $3, $4::integer, $5)"
+)
 COMPLETE = (
     "UPDATE effect_sidecar.effects SET command_tag = $3, row_description = $4::bytea,"
     " data_rows = $5::bytea WHERE task = $1 AND key = $2"
@@ -53,6 +60,7 @@ REFUSED = (
     "MESSAGE = 'refused by effect-sidecar'; END$$"
 )
 UNDEFINED_TABLE = "42P01"
+UNIQUE_VIOLATION = "23505"
 _names = itertools.count(1)
 
 
@@ -107,6 +115,19 @@ def complete_values(task: str, key: str, tag: str, description: bytes, rows: byt
 def is_new(answers: list[Message]) -> bool:
     """Whether RECORD inserted its row (the statement must run) - after raise_on_error."""
     return b"D" in [a.kind for a in answers]
+
+
+def already_recorded(answers: list[Message]) -> bool:
+    """Whether RECORD_OR_FAIL failed because the statement's record is there already."""
+    for answer in answers:
+        if answer.kind == b"E":
+            fields = messages.error_fields(answer)
+            return (
+                fields.get("C") == UNIQUE_VIOLATION
+                and fields.get("s") == "effect_sidecar"
+                and fields.get("t") == "effects"
+            )
+    return False
 
 
 def schema_exists(answers: list[Message]) -> bool:

@@ -140,3 +140,47 @@ def test_upstream_connection_cut_mid_transaction(world: PostgresWorld) -> None:
 
     assert finish(world)[-1] == "done"
     migrated_once(world)
+
+
+# ---- one statement on its own (autocommit): its record travels with it -----------------
+
+INSERT_STATUSES = (
+    "/* sidecar:key=seed-order-statuses */ "
+    "INSERT INTO order_statuses (name) VALUES ('new'), ('paid'), ('shipped') RETURNING name"
+)
+
+
+def psql(world: PostgresWorld, worker: str) -> tuple[int, str]:
+    """psql sending the INSERT as one simple Query, outside a transaction: its exit code
+    and what it printed."""
+    argv = ["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", INSERT_STATUSES]
+    agent = world.agent(worker, *argv)
+    code = agent.wait(timeout=60)
+    return code, "\n".join(agent.lines)
+
+
+@pytest.mark.parametrize(
+    ("failpoint", "committed"), [("sql.after_statement", 0), ("sql.after_commit", 3)]
+)
+def test_sidecar_killed_around_a_lone_statement_it_sent_with_its_record(
+    make_world: MakeWorld, failpoint: str, committed: int
+) -> None:
+    world = make_world(sidecar_env={"SIDECAR_FAILPOINTS": failpoint})
+    world.rows(SCHEMA)
+    code, _ = psql(world, "worker-a")
+    assert code != 0  # its connection died with the sidecar
+    assert world.sidecar is not None
+    assert world.sidecar.proc.wait(timeout=10) == -9
+    # Killed after the statement ran: the server rolled it back with its record. Killed
+    # after the commit: both are there, and the agent was never answered.
+    assert world.value("SELECT count(*) FROM order_statuses") == committed
+
+    world.start_sidecar()
+    code, printed = psql(world, "worker-b")
+    # The rows it returned, as the first try's statement returned them.
+    assert (code, printed) == (0, "new\npaid\nshipped\nINSERT 0 3")
+    assert world.value("SELECT count(*) FROM order_statuses") == 3
+    assert list(world.recorded().values()) == ["INSERT 0 3"]
+    (effect,) = world.settled_effects()
+    assert effect["state"] == "completed"
+    assert events(effect)[-1] == ("completed" if committed == 0 else "replayed")

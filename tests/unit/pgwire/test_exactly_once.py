@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -99,6 +100,15 @@ class Relay:
 
 @pytest.fixture
 async def relay(tmp_path, rules, database) -> AsyncIterator[Relay]:
+    async with relay_on(tmp_path, rules, database) as running:
+        yield running
+
+
+@asynccontextmanager
+async def relay_on(
+    tmp_path: Path, rules: RuleSet, database: ScratchDatabase
+) -> AsyncIterator[Relay]:
+    """A relay, with its own effect log in ``tmp_path``, in front of ``database``."""
     store = create_store(f"sqlite:///{tmp_path}/effects.db")
     await store.open()
     bindings = Bindings(store, SystemClock())
@@ -169,6 +179,34 @@ async def test_rows_a_statement_returned_are_replayed_not_made_again(relay):
     again = await inserted(await new_attempt(relay.store, "worker-b"))
     assert first == again == [(1, "pay invoice 7")]
     assert relay.database.rows("SELECT id, entry FROM ledger") == [(1, "pay invoice 7")]
+
+
+async def test_a_record_the_effect_log_never_saw_is_replayed_and_the_connection_goes_on(
+    relay, tmp_path, rules
+):
+    """Another sidecar, with an effect log of its own (or this one's, lost), meets the
+    record of a statement it is sent again: the statement does not run a second time."""
+    relay.database.rows("CREATE TABLE ledger (id serial PRIMARY KEY, entry text)")
+    insert = "INSERT INTO ledger (entry) VALUES ('pay invoice 7') RETURNING id, entry"
+    async with await relay.connect(await new_attempt(relay.store)) as connection:
+        first = await (await connection.execute(insert)).fetchall()
+    (tmp_path / "other").mkdir()
+    async with relay_on(tmp_path / "other", rules, relay.database) as other:
+        async with await other.connect(await new_attempt(other.store, "worker-b")) as connection:
+            again = await (await connection.execute(insert)).fetchall()
+            # The transaction the record failed in is gone: the connection is idle.
+            assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            later = await connection.execute("INSERT INTO ledger (entry) VALUES ('new')")
+            assert later.statusmessage == "INSERT 0 1"
+        key = records(relay.database)[0][0]
+        assert (await other.effects())[key] is EffectState.COMPLETED
+        assert [event for event, _ in await other.events(key)][-1] == "replayed"
+    assert first == again == [(1, "pay invoice 7")]
+    # The statement sent behind the failed record never ran: not even its id was taken.
+    assert relay.database.rows("SELECT id, entry FROM ledger ORDER BY id") == [
+        (1, "pay invoice 7"),
+        (2, "new"),
+    ]
 
 
 async def test_statements_no_rule_records_pass_through_every_time(relay):
