@@ -10,7 +10,9 @@ answered); the upstream connection is cut from the server's side.
 
 from __future__ import annotations
 
+import random
 import sys
+import time
 
 import pytest
 
@@ -184,3 +186,44 @@ def test_sidecar_killed_around_a_lone_statement_it_sent_with_its_record(
     (effect,) = world.settled_effects()
     assert effect["state"] == "completed"
     assert events(effect)[-1] == ("completed" if committed == 0 else "replayed")
+
+
+STEPS = 25
+# One keyed INSERT after another, each on its own outside a transaction (psycopg sends a
+# statement with no parameters as a simple Query); it prints each step as it is answered.
+STEPPER = f"""
+import os, sys, time, psycopg
+with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as db:
+    for step in range({STEPS}):
+        tag = db.execute(
+            f"/* sidecar:key=step-{{step}} */ INSERT INTO steps (step) VALUES ({{step}})"
+        ).statusmessage
+        print(step, tag, flush=True)
+        time.sleep(0.005)
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_sidecar_killed_at_a_random_instant_neither_loses_nor_repeats_a_lone_statement(
+    make_world: MakeWorld, seed: int
+) -> None:
+    rng = random.Random(seed)
+    world = make_world()
+    world.rows("CREATE TABLE steps (step integer NOT NULL)")
+    first = world.agent("worker-a", sys.executable, "-c", STEPPER)
+    # Once a random step is answered, at a random instant of the steps after it.
+    first.wait_for(rf"^{rng.randrange(STEPS - 5)} INSERT", timeout=60)
+    time.sleep(rng.uniform(0, 0.008))
+    world.kill_sidecar()
+    assert first.wait(timeout=60) != 0  # its connection died with the sidecar
+    assert 0 < len(first.lines) < STEPS
+    world.start_sidecar()
+    again = world.agent("worker-b", sys.executable, "-c", STEPPER)
+    assert again.wait(timeout=60) == 0
+    assert again.lines == [f"{step} INSERT 0 1" for step in range(STEPS)]
+    # Each step once in the database, and once in the records: replayed or run, never both.
+    assert world.rows("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step") == [
+        (step, 1) for step in range(STEPS)
+    ]
+    assert sorted(world.recorded()) == sorted(f"step-{step}" for step in range(STEPS))
+    assert {e["state"] for e in world.settled_effects()} == {"completed"}
