@@ -358,15 +358,17 @@ class Statements:
         assert wire.abandon is not None
         failpoints.reach("sql.before_statement", match.rule.name)
         _log_forwarded(binding, key, match.rule.name)
-        answers = await wire.ask(
-            *records.request(records.RECORD_OR_FAIL, values, sync=True),
-            messages.query(statement.text),
-        )
+        record = records.request(records.RECORD_OR_FAIL, values, sync=True)
+        answers = await wire.ask(*record, messages.query(statement.text))
         ready = next(i for i, a in enumerate(answers) if a.kind == b"Z")
         recorded, answers = answers[: ready + 1], answers[ready + 1 :]
-        if records.already_recorded(recorded):
+        if b"E" in [a.kind for a in recorded]:
+            # The server skipped the rest of the record's request, its Close messages too.
             await wire.abandon()
-            return await self._replay(wire, binding, match, key, None)
+            closes = records.closes(record)
+            if records.already_recorded(recorded):
+                return await self._replay(wire, binding, match, key, None, closes)
+            await wire.ask(*closes, messages.SYNC)
         self._check_record(recorded)
         return await self._ran(wire, binding, match, key, answers)
 
@@ -377,10 +379,12 @@ class Statements:
         match: SqlRuleMatch,
         key: str,
         logged: EffectState | None,
+        first: list[bytes] | None = None,
     ) -> bool:
-        """Answer a statement whose record is committed: from that record."""
+        """Answer a statement whose record is committed: from that record (``first``
+        goes ahead of the request that reads it)."""
         recall = records.request(records.RECALL, [binding.task, key], sync=wire.simple)
-        answers = await wire.ask(*recall)
+        answers = await wire.ask(*(first or ()), *recall)
         records.raise_on_error(answers, "cannot read effect_sidecar.effects")
         recalled = records.recalled(answers)
         self._replayed(binding, key, logged, recalled.tag, match.rule.name)

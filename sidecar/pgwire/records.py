@@ -104,6 +104,12 @@ def request(sql: str, values: list[str], *, sync: bool) -> list[bytes]:
     ]
 
 
+def closes(request: list[bytes]) -> list[bytes]:
+    """The Close messages of ``request``: sent again after it failed, since the server
+    skipped them (a statement prepared by Parse outlives the transaction that failed)."""
+    return [message for message in request if message[:1] == b"C"]
+
+
 def record_values(task: str, key: str, attempt_id: str, generation: int, text: str) -> list[str]:
     return [task, key, attempt_id, str(generation), text]
 

@@ -194,8 +194,13 @@ async def test_a_record_the_effect_log_never_saw_is_replayed_and_the_connection_
     async with relay_on(tmp_path / "other", rules, relay.database) as other:
         async with await other.connect(await new_attempt(other.store, "worker-b")) as connection:
             again = await (await connection.execute(insert)).fetchall()
-            # The transaction the record failed in is gone: the connection is idle.
+            # The transaction the record failed in is gone: the connection is idle, and
+            # the sidecar left none of its prepared statements behind on the server.
             assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            prepared = await connection.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE '__effect_sidecar%'"
+            )
+            assert await prepared.fetchone() == (0,)
             later = await connection.execute("INSERT INTO ledger (entry) VALUES ('new')")
             assert later.statusmessage == "INSERT 0 1"
         key = records(relay.database)[0][0]
@@ -206,6 +211,36 @@ async def test_a_record_the_effect_log_never_saw_is_replayed_and_the_connection_
     assert relay.database.rows("SELECT id, entry FROM ledger ORDER BY id") == [
         (1, "pay invoice 7"),
         (2, "new"),
+    ]
+
+
+async def test_a_record_that_cannot_be_written_fails_its_statement_and_the_connection_goes_on(
+    relay,
+):
+    relay.database.rows("CREATE TABLE ledger (entry text)")
+    attempt = await new_attempt(relay.store)
+    await relay.run(attempt, "INSERT INTO ledger VALUES ('first')")  # the records' table made
+    # The server refuses the next record once it runs (not when it is parsed).
+    relay.database.rows(
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$BEGIN RAISE EXCEPTION 'no room for records'; END$$;"
+        " CREATE TRIGGER refuse BEFORE INSERT ON effect_sidecar.effects"
+        " FOR EACH ROW EXECUTE FUNCTION refuse()"
+    )
+    async with await relay.connect(attempt) as connection:
+        with pytest.raises(psycopg.Error, match="no room for records"):
+            await connection.execute("INSERT INTO ledger VALUES ('second')")
+        assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        prepared = await connection.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE '__effect_sidecar%'"
+        )
+        assert await prepared.fetchone() == (0,)
+        relay.database.rows("DROP TRIGGER refuse ON effect_sidecar.effects")
+        again = await connection.execute("INSERT INTO ledger VALUES ('second')")
+        assert again.statusmessage == "INSERT 0 1"
+    assert relay.database.rows("SELECT entry FROM ledger ORDER BY entry") == [
+        ("first",),
+        ("second",),
     ]
 
 
