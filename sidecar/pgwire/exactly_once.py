@@ -332,6 +332,12 @@ class Statements:
                 logged = await self.mirror.pending(binding, match, key, statement)
             finally:
                 answers = await wire.collect(sent)  # before anything else is sent
+        if wire.simple and b"E" in [a.kind for a in answers]:
+            # The server skipped the record's Close messages: they go again, or its
+            # prepared statement would outlive the failed transaction.  (Not in the
+            # extended protocol, where a Sync of the sidecar's own would end the agent's
+            # transaction: the server keeps that one until the connection ends.)
+            await wire.ask(*records.closes(record), messages.SYNC)
         self._check_record(answers)
         if not records.is_new(answers):
             return await self._replay(wire, binding, match, key, logged)
@@ -587,9 +593,11 @@ class Statements:
             self.uncommitted.append(done)
 
     async def _refuse_extended(self, conversation: Conversation, refused: Refused) -> None:
-        # Make the server fail this transaction too, so it skips the rest of the agent's
-        # messages up to Sync exactly as after any error.
-        await conversation.ask(*records.request(records.REFUSED, [], sync=False))
+        if not refused.by_server:
+            # Make the server fail this transaction too, so it skips the rest of the
+            # agent's messages up to Sync exactly as after any error.  (A request the
+            # server failed did that already: it would skip this one too, unanswered.)
+            await conversation.ask(*records.request(records.REFUSED, [], sync=False))
         conversation.send_client(messages.error_response(refused.code, refused.text))
 
     def ready(self, status: str, committed: bool) -> None:

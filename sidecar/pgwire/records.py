@@ -69,12 +69,16 @@ class Skipped(Exception):
 
 
 class Refused(Exception):
-    """The statement must not run: its answer to the agent is an ErrorResponse."""
+    """The statement must not run: its answer to the agent is an ErrorResponse.
+    ``by_server``: the server failed a request of the sidecar's own, so the transaction
+    is failed already (and in the extended protocol, the server skips every message up
+    to the next Sync)."""
 
-    def __init__(self, code: str, text: str) -> None:
+    def __init__(self, code: str, text: str, *, by_server: bool = False) -> None:
         super().__init__(text)
         self.code = code
         self.text = text
+        self.by_server = by_server
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +169,7 @@ def raise_on_error(answers: list[Message], what: str) -> None:
         if kind == b"E" and failed is None:
             failed = answer
     if failed is not None:
-        raise Refused("ES500", f"effect-sidecar: {what}: {error_text([failed])}")
+        raise Refused("ES500", f"effect-sidecar: {what}: {error_text([failed])}", by_server=True)
 
 
 def error_text(answers: list[Message]) -> str:

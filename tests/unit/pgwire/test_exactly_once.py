@@ -214,8 +214,21 @@ async def test_a_record_the_effect_log_never_saw_is_replayed_and_the_connection_
     ]
 
 
-async def test_a_record_that_cannot_be_written_fails_its_statement_and_the_connection_goes_on(
-    relay,
+async def _insert(connection: psycopg.AsyncConnection, how: str, entry: str) -> str:
+    """INSERT ``entry`` as the agent sends it: ``alone`` (a simple Query outside a
+    transaction), ``extended`` (with a parameter) or ``in a transaction`` of its own."""
+    if how == "extended":
+        return (await connection.execute("INSERT INTO ledger VALUES (%s)", [entry])).statusmessage
+    text = f"INSERT INTO ledger VALUES ('{entry}')"
+    if how == "alone":
+        return (await connection.execute(text)).statusmessage
+    async with connection.transaction():
+        return (await connection.execute(text)).statusmessage
+
+
+@pytest.mark.parametrize("how", ["alone", "extended", "in a transaction"])
+async def test_a_record_the_server_refuses_fails_its_statement_and_the_connection_goes_on(
+    relay, how
 ):
     relay.database.rows("CREATE TABLE ledger (entry text)")
     attempt = await new_attempt(relay.store)
@@ -229,15 +242,15 @@ async def test_a_record_that_cannot_be_written_fails_its_statement_and_the_conne
     )
     async with await relay.connect(attempt) as connection:
         with pytest.raises(psycopg.Error, match="no room for records"):
-            await connection.execute("INSERT INTO ledger VALUES ('second')")
+            await asyncio.wait_for(_insert(connection, how, "second"), 10)
         assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        prepared = await connection.execute(
-            "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE '__effect_sidecar%'"
-        )
-        assert await prepared.fetchone() == (0,)
+        if how != "extended":  # (there the server keeps it until the connection ends)
+            prepared = await connection.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE '__effect_sidecar%'"
+            )
+            assert await prepared.fetchone() == (0,)
         relay.database.rows("DROP TRIGGER refuse ON effect_sidecar.effects")
-        again = await connection.execute("INSERT INTO ledger VALUES ('second')")
-        assert again.statusmessage == "INSERT 0 1"
+        assert await _insert(connection, how, "second") == "INSERT 0 1"
     assert relay.database.rows("SELECT entry FROM ledger ORDER BY entry") == [
         ("first",),
         ("second",),
