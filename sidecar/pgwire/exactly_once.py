@@ -333,11 +333,9 @@ class Statements:
             finally:
                 answers = await wire.collect(sent)  # before anything else is sent
         if wire.simple and b"E" in [a.kind for a in answers]:
-            # The server skipped the record's Close messages: they go again, or its
-            # prepared statement would outlive the failed transaction.  (Not in the
-            # extended protocol, where a Sync of the sidecar's own would end the agent's
-            # transaction: the server keeps that one until the connection ends.)
-            await wire.ask(*records.closes(record), messages.SYNC)
+            # (Not in the extended protocol, where a Sync of the sidecar's own would end
+            # the agent's transaction: the server keeps that one until the connection ends.)
+            await self._unprepare(wire, record)
         self._check_record(answers)
         if not records.is_new(answers):
             return await self._replay(wire, binding, match, key, logged)
@@ -369,12 +367,10 @@ class Statements:
         ready = next(i for i, a in enumerate(answers) if a.kind == b"Z")
         recorded, answers = answers[: ready + 1], answers[ready + 1 :]
         if b"E" in [a.kind for a in recorded]:
-            # The server skipped the rest of the record's request, its Close messages too.
             await wire.abandon()
-            closes = records.closes(record)
+            await self._unprepare(wire, record)
             if records.already_recorded(recorded):
-                return await self._replay(wire, binding, match, key, None, closes)
-            await wire.ask(*closes, messages.SYNC)
+                return await self._replay(wire, binding, match, key, None)
         self._check_record(recorded)
         return await self._ran(wire, binding, match, key, answers)
 
@@ -385,17 +381,21 @@ class Statements:
         match: SqlRuleMatch,
         key: str,
         logged: EffectState | None,
-        first: list[bytes] | None = None,
     ) -> bool:
-        """Answer a statement whose record is committed: from that record (``first``
-        goes ahead of the request that reads it)."""
+        """Answer a statement whose record is committed: from that record."""
         recall = records.request(records.RECALL, [binding.task, key], sync=wire.simple)
-        answers = await wire.ask(*(first or ()), *recall)
+        answers = await wire.ask(*recall)
         records.raise_on_error(answers, "cannot read effect_sidecar.effects")
         recalled = records.recalled(answers)
         self._replayed(binding, key, logged, recalled.tag, match.rule.name)
         wire.answer(recalled.answer(simple=wire.simple))
         return True
+
+    async def _unprepare(self, wire: _Wire, request: list[bytes]) -> None:
+        """After the server failed ``request`` (one ending with Sync): its Close messages,
+        which the server skipped, or its prepared statement would outlive the failed
+        transaction."""
+        await wire.ask(*records.closes(request), messages.SYNC)
 
     async def _ran(
         self,
