@@ -40,7 +40,7 @@ from sidecar.pgwire.codec import Message
 from sidecar.pgwire.mirror import Done, LogMirror, Mirrors
 from sidecar.pgwire.ordinals import Ordinals
 from sidecar.pgwire.records import Refused, Skipped
-from sidecar.pgwire.session import Conversation, Portal
+from sidecar.pgwire.session import SKIPPED, Conversation, Portal
 from sidecar.recording.bindings import Binding, Bindings, BindRequest
 from sidecar.recording.recorder import Recorder
 from sidecar.rules import EffectKind, RuleSet
@@ -139,10 +139,13 @@ class _Query:
 @dataclass(frozen=True, slots=True)
 class _Sent:
     """Requests of the sidecar's own on their way: how many owed ones went first (BEGIN,
-    a record's completion), and whether any will be answered."""
+    a record's completion), whether any will be answered, the messages sent, and the
+    Close messages still owed from earlier that went before them."""
 
     owed: int
     answerable: bool
+    messages: tuple[bytes, ...]
+    carried: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +177,10 @@ class Statements:
         self.database = database
         self.mirror = LogMirror(shared.recorder, database, shared.mirrors)
         self.uncommitted: list[Done] = []  # recorded inside a transaction the agent owns
+        # Close messages the server skipped (a request of the sidecar's own failed in the
+        # extended protocol): they go with its next request (see _collect_extended), or
+        # before the next simple Query it runs.
+        self.unclosed: list[bytes] = []
         # The schema was created in the transaction now open: it exists for every other
         # connection only once that transaction commits (see ready()).
         self.schema_in_transaction = False
@@ -188,6 +195,9 @@ class Statements:
 
     async def simple(self, conversation: Conversation, sql: str, raw: bytes) -> None:
         await conversation.wait_idle()  # the transaction status must be known
+        if self.unclosed:  # (a Sync inside the agent's transaction does not end it)
+            closes, self.unclosed = self.unclosed, []
+            await conversation.ask(*closes, messages.SYNC)
         classified = self.shared.classify(sql)
         statements = [statement for statement, _ in classified]
         # A multi-statement Query is one implicit transaction: keep it one.  With explicit
@@ -332,10 +342,6 @@ class Statements:
                 logged = await self.mirror.pending(binding, match, key, statement)
             finally:
                 answers = await wire.collect(sent)  # before anything else is sent
-        if wire.simple and b"E" in [a.kind for a in answers]:
-            # (Not in the extended protocol, where a Sync of the sidecar's own would end
-            # the agent's transaction: the server keeps that one until the connection ends.)
-            await self._unprepare(wire, record)
         self._check_record(answers)
         if not records.is_new(answers):
             return await self._replay(wire, binding, match, key, logged)
@@ -368,7 +374,6 @@ class Statements:
         recorded, answers = answers[: ready + 1], answers[ready + 1 :]
         if b"E" in [a.kind for a in recorded]:
             await wire.abandon()
-            await self._unprepare(wire, record)
             if records.already_recorded(recorded):
                 return await self._replay(wire, binding, match, key, None)
         self._check_record(recorded)
@@ -390,12 +395,6 @@ class Statements:
         self._replayed(binding, key, logged, recalled.tag, match.rule.name)
         wire.answer(recalled.answer(simple=wire.simple))
         return True
-
-    async def _unprepare(self, wire: _Wire, request: list[bytes]) -> None:
-        """After the server failed ``request`` (one ending with Sync): its Close messages,
-        which the server skipped, or its prepared statement would outlive the failed
-        transaction."""
-        await wire.ask(*records.closes(request), messages.SYNC)
 
     async def _ran(
         self,
@@ -514,12 +513,20 @@ class Statements:
         """Send ``parts`` after what ``run`` still owes, without waiting for answers."""
         owed, run.owed = run.owed, []
         run.begin_sent = run.begin_sent or (run.ours_open and bool(owed))
-        flat = [raw for request in owed for raw in request]
-        return _Sent(len(owed), conversation.send(*flat, *parts))
+        flat = (*[raw for request in owed for raw in request], *parts)
+        return _Sent(len(owed), conversation.send(*flat), flat)
 
     async def _collect(self, conversation: Conversation, sent: _Sent) -> list[Message]:
-        """The answers to what :meth:`_send` sent, past those of the owed requests."""
+        """The answers to what :meth:`_send` sent, past those of the owed requests.
+
+        A request that failed had its Close messages skipped by the server, and a
+        statement prepared by Parse outlives the transaction that failed: then the Close
+        messages of everything sent go again (closing what is closed already is no
+        error in PostgreSQL), whichever request failed - a record, its completion, a
+        replay's read, or the agent's statement behind them."""
         answers = await conversation.answers(sent.answerable)
+        if b"E" in [a.kind for a in answers] and (closes := records.closes(sent.messages)):
+            await conversation.ask(*closes, messages.SYNC)
         for _ in range(sent.owed):
             ready = next(i for i, a in enumerate(answers) if a.kind == b"Z")
             mine, answers = answers[: ready + 1], answers[ready + 1 :]
@@ -567,13 +574,13 @@ class Statements:
         key: str,
     ) -> None:
         async def complete(request: list[bytes]) -> None:
-            answers = await conversation.ask(*request)
+            answers = await self._ask_extended(conversation, *request)
             records.raise_on_error(answers, "cannot complete the record in effect_sidecar.effects")
 
         wire = _Wire(
-            ask=conversation.ask,
-            send=lambda *parts: _Sent(0, conversation.send(*parts)),
-            collect=lambda sent: conversation.answers(sent.answerable),
+            ask=lambda *parts: self._ask_extended(conversation, *parts),
+            send=lambda *parts: self._send_extended(conversation, *parts),
+            collect=lambda sent: self._collect_extended(conversation, sent),
             run=lambda: conversation.ask(raw, messages.FLUSH),
             answer=conversation.send_client,
             complete=complete,
@@ -597,8 +604,34 @@ class Statements:
             # Make the server fail this transaction too, so it skips the rest of the
             # agent's messages up to Sync exactly as after any error.  (A request the
             # server failed did that already: it would skip this one too, unanswered.)
-            await conversation.ask(*records.request(records.REFUSED, [], sync=False))
+            await self._ask_extended(
+                conversation, *records.request(records.REFUSED, [], sync=False)
+            )
         conversation.send_client(messages.error_response(refused.code, refused.text))
+
+    async def _ask_extended(self, conversation: Conversation, *parts: bytes) -> list[Message]:
+        """A request of the sidecar's own in the extended protocol (it ends with Flush: a
+        Sync would end the agent's transaction); its answers."""
+        return await self._collect_extended(conversation, self._send_extended(conversation, *parts))
+
+    def _send_extended(self, conversation: Conversation, *parts: bytes) -> _Sent:
+        """:meth:`_ask_extended` without waiting; the Close messages still owed go first."""
+        carried, self.unclosed = tuple(self.unclosed), []
+        return _Sent(0, conversation.send(*carried, *parts), parts, carried)
+
+    async def _collect_extended(self, conversation: Conversation, sent: _Sent) -> list[Message]:
+        """The answers to what :meth:`_send_extended` sent.  If a request failed (or was
+        skipped) the server skipped its Close messages too, and the statement it prepared
+        outlives the transaction; they cannot go at once - until the agent's Sync the
+        server skips everything, and a Sync of the sidecar's own would end the agent's
+        transaction - so they go with the sidecar's next request on this connection."""
+        answers = await conversation.answers(sent.answerable)
+        kinds = [a.kind for a in answers]
+        if SKIPPED in kinds:  # none of it ran, the Close messages carried neither
+            self.unclosed += [*sent.carried, *records.closes(sent.messages)]
+        elif b"E" in kinds:  # those carried went first, and ran
+            self.unclosed += records.closes(sent.messages)
+        return answers
 
     def ready(self, status: str, committed: bool) -> None:
         if status != "I":
@@ -651,10 +684,11 @@ class Statements:
             return
 
         async def ask(sql: str) -> list[Message]:
+            request = records.request(sql, [], sync=run is not None)
             if run is None:
-                answers = await conversation.ask(*records.request(sql, [], sync=False))
+                answers = await self._ask_extended(conversation, *request)
             else:
-                answers = await self._ask(conversation, run, *records.request(sql, [], sync=True))
+                answers = await self._ask(conversation, run, *request)
             records.raise_on_error(answers, "cannot create the effect_sidecar schema")
             return answers
 

@@ -14,6 +14,7 @@ messages, where a Sync would end the agent's implicit transaction).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sidecar.domain.model import RecordedResponse
@@ -108,7 +109,7 @@ def request(sql: str, values: list[str], *, sync: bool) -> list[bytes]:
     ]
 
 
-def closes(request: list[bytes]) -> list[bytes]:
+def closes(request: Iterable[bytes]) -> list[bytes]:
     """The Close messages of ``request``: sent again after it failed, since the server
     skipped them (a statement prepared by Parse outlives the transaction that failed)."""
     return [message for message in request if message[:1] == b"C"]

@@ -226,6 +226,14 @@ async def _insert(connection: psycopg.AsyncConnection, how: str, entry: str) -> 
         return (await connection.execute(text)).statusmessage
 
 
+async def _prepared(connection: psycopg.AsyncConnection) -> list[tuple[str]]:
+    """The statements of the sidecar's own the server still holds for this connection."""
+    found = await connection.execute(
+        "SELECT name FROM pg_prepared_statements WHERE name LIKE '__effect_sidecar%'"
+    )
+    return await found.fetchall()
+
+
 @pytest.mark.parametrize("how", ["alone", "extended", "in a transaction"])
 async def test_a_record_the_server_refuses_fails_its_statement_and_the_connection_goes_on(
     relay, how
@@ -244,13 +252,11 @@ async def test_a_record_the_server_refuses_fails_its_statement_and_the_connectio
         with pytest.raises(psycopg.Error, match="no room for records"):
             await asyncio.wait_for(_insert(connection, how, "second"), 10)
         assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if how != "extended":  # (there the server keeps it until the connection ends)
-            prepared = await connection.execute(
-                "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE '__effect_sidecar%'"
-            )
-            assert await prepared.fetchone() == (0,)
+        if how != "extended":  # (there the Close messages go with the next statement)
+            assert await _prepared(connection) == []
         relay.database.rows("DROP TRIGGER refuse ON effect_sidecar.effects")
         assert await _insert(connection, how, "second") == "INSERT 0 1"
+        assert await _prepared(connection) == []
     assert relay.database.rows("SELECT entry FROM ledger ORDER BY entry") == [
         ("first",),
         ("second",),
@@ -525,3 +531,54 @@ def test_a_rule_with_no_statement_kind_makes_every_statement_worth_a_closer_look
     assert shared.might_guard(b"SELECT 1")
     assert shared.guards("UPDATE audit SET seen = true")
     assert not shared.guards("SELECT 1")
+
+
+@pytest.mark.parametrize("how", ["alone", "extended", "in a transaction"])
+async def test_a_completion_the_server_refuses_fails_its_statement_and_leaves_nothing_prepared(
+    relay, how
+):
+    relay.database.rows("CREATE TABLE ledger (entry text)")
+    attempt = await new_attempt(relay.store)
+    await relay.run(attempt, "INSERT INTO ledger VALUES ('first')")  # the records' table made
+    # The server refuses to complete the next record (the statement has run by then).
+    relay.database.rows(
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$BEGIN RAISE EXCEPTION 'no room for answers'; END$$;"
+        " CREATE TRIGGER refuse BEFORE UPDATE ON effect_sidecar.effects"
+        " FOR EACH ROW EXECUTE FUNCTION refuse()"
+    )
+    async with await relay.connect(attempt) as connection:
+        with pytest.raises(psycopg.Error, match="no room for answers"):
+            await asyncio.wait_for(_insert(connection, how, "second"), 10)
+        assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if how != "extended":  # (there the Close messages go with the next statement)
+            assert await _prepared(connection) == []
+        relay.database.rows("DROP TRIGGER refuse ON effect_sidecar.effects")
+        assert await _insert(connection, how, "third") == "INSERT 0 1"
+        assert await _prepared(connection) == []
+    # The refused statement's transaction was rolled back with its record.
+    assert relay.database.rows("SELECT entry FROM ledger ORDER BY entry") == [
+        ("first",),
+        ("third",),
+    ]
+
+
+async def test_statements_refused_on_the_extended_protocol_leave_nothing_prepared(relay):
+    """A statement the sidecar refuses (here: its attempt was taken over) has the server
+    fail the agent's transaction with a request of the sidecar's own, whose prepared
+    statement the server keeps: its Close goes with the sidecar's next request."""
+    relay.database.rows("CREATE TABLE ledger (entry text)")
+    stale = await new_attempt(relay.store)
+    await relay.run(stale, "INSERT INTO ledger VALUES ('first')")  # the records' table made
+    await new_attempt(relay.store, "worker-b")
+    async with await relay.connect(stale) as connection:
+        for entry in ("a", "b", "c", "d"):
+            with pytest.raises(psycopg.Error) as refused:
+                await _insert(connection, "extended", entry)
+            assert refused.value.sqlstate == "ES409"
+            assert len(await _prepared(connection)) == 1  # the last refusal's, no more
+        with pytest.raises(psycopg.Error) as refused:  # a simple Query closes it first
+            await _insert(connection, "alone", "e")
+        assert refused.value.sqlstate == "ES409"
+        assert await _prepared(connection) == []
+    assert relay.database.rows("SELECT entry FROM ledger") == [("first",)]
