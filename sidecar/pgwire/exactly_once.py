@@ -519,13 +519,13 @@ class Statements:
     async def _collect(self, conversation: Conversation, sent: _Sent) -> list[Message]:
         """The answers to what :meth:`_send` sent, past those of the owed requests.
 
-        A request that failed had its Close messages skipped by the server, and a
-        statement prepared by Parse outlives the transaction that failed: then the Close
-        messages of everything sent go again (closing what is closed already is no
-        error in PostgreSQL), whichever request failed - a record, its completion, a
-        replay's read, or the agent's statement behind them."""
+        A request of the sidecar's own that failed (a record, its completion, a replay's
+        read) had its Close messages skipped by the server, and a statement prepared by
+        Parse outlives the transaction that failed: they go again, at once."""
         answers = await conversation.answers(sent.answerable)
-        if b"E" in [a.kind for a in answers] and (closes := records.closes(sent.messages)):
+        if b"E" in [a.kind for a in answers] and (
+            closes := records.failed_closes(sent.messages, answers)
+        ):
             await conversation.ask(*closes, messages.SYNC)
         for _ in range(sent.owed):
             ready = next(i for i, a in enumerate(answers) if a.kind == b"Z")

@@ -115,6 +115,26 @@ def closes(request: Iterable[bytes]) -> list[bytes]:
     return [message for message in request if message[:1] == b"C"]
 
 
+def failed_closes(sent: Iterable[bytes], answers: list[Message]) -> list[bytes]:
+    """The Close messages of those requests in ``sent`` that the server failed, each
+    request ending with a Sync or being a Query (the simple protocol), each answered up
+    to its ReadyForQuery."""
+    closes: list[bytes] = []
+    request: list[bytes] = []
+    start = 0
+    for raw in sent:
+        request.append(raw)
+        if raw[:1] not in (b"S", b"Q"):
+            continue
+        end = next((i for i in range(start, len(answers)) if answers[i].kind == b"Z"), None)
+        if end is None:
+            break
+        if b"E" in [a.kind for a in answers[start:end]]:
+            closes += [m for m in request if m[:1] == b"C"]
+        request, start = [], end + 1
+    return closes
+
+
 def record_values(task: str, key: str, attempt_id: str, generation: int, text: str) -> list[str]:
     return [task, key, attempt_id, str(generation), text]
 
