@@ -15,6 +15,7 @@ no type byte.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 PROTOCOL_3 = 196608  # 3.0
@@ -173,9 +174,12 @@ class _Reader:
         return data, starts
 
 
-def spans(chunk: bytes, starts: list[int]) -> list[tuple[int, int]]:
-    """Where each message of a framed run of bytes starts and ends."""
-    return list(zip(starts, [*starts[1:], len(chunk)][: len(starts)], strict=True))
+def spans(chunk: bytes, starts: list[int]) -> Iterator[tuple[int, int]]:
+    """Where each message of a framed run of bytes starts and ends (run for every read
+    of a relay that frames: one list built, nothing checked that framing ensured)."""
+    ends = starts[1:]
+    ends.append(len(chunk))
+    return zip(starts, ends)  # noqa: B905 - as long as each other by construction
 
 
 def ready_status(chunk: bytes, at: int) -> str:

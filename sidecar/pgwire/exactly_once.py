@@ -83,7 +83,7 @@ class PgEffects:
             self.store, self.bindings, self.metrics, store_retry_s=self.store_retry_s
         )
         kinds = _kinds_needed(self.rules)
-        self._might = None if kinds is None else _might_guard_pattern(kinds)
+        self._might = None if kinds is None else _FirstLook(kinds)
 
     def engine(self, bind: BindRequest, database: str) -> Statements:
         return Statements(self, bind, database)
@@ -113,7 +113,7 @@ class PgEffects:
 
         One statement with no leading comment is judged by its first word; anything else
         (comments, several statements, a rule with no kind) is looked at closely."""
-        return self._might is None or self._might.search(sql) is not None
+        return self._might is None or self._might(sql)
 
     def match(self, statement: Statement) -> SqlRuleMatch | None:
         found = self.rules.match_sql(statement)
@@ -728,18 +728,31 @@ class Statements:
         return binding
 
 
-def _might_guard_pattern(kinds: frozenset[str]) -> re.Pattern[bytes]:
-    """One search (a single pass in C, where each query is relayed) finding whatever could
-    make a query one a rule records: a leading keyword some rule names, a leading comment,
-    a second statement (a ``;`` with more than spaces and ``;`` after it), a keyed comment.
-    A query it does not find is relayed without being decoded or parsed."""
-    # Longest first, so that a keyword is never cut short by another it starts with.
-    words = sorted((re.escape(kind.encode()) for kind in kinds), key=len, reverse=True)
-    leading = [b"--", rb"/\*"] + ([b"(?:" + b"|".join(words) + b")(?![A-Za-z])"] if words else [])
-    return re.compile(
-        rb"\A\s*(?:" + b"|".join(leading) + rb")|;[\s;]*[^\s;]|(?-i:sidecar:key)",
-        re.IGNORECASE,
-    )
+class _FirstLook:
+    """Whatever could make a query one a rule records: a leading keyword some rule names,
+    a leading comment, a second statement (a ``;`` with more than spaces and ``;`` after
+    it), a keyed comment.  A query it does not find is relayed without being decoded or
+    parsed, so it runs for every query: the anchored match and two byte searches take
+    two thirds of the time of one search for the three (``;`` found first, the rest of
+    the text looked at only from there)."""
+
+    def __init__(self, kinds: frozenset[str]) -> None:
+        # Longest first, so that a keyword is never cut short by another it starts with.
+        words = sorted((re.escape(kind.encode()) for kind in kinds), key=len, reverse=True)
+        leading = [b"--", rb"/\*"]
+        if words:
+            leading.append(b"(?:" + b"|".join(words) + b")(?![A-Za-z])")
+        self._leading = re.compile(rb"\s*(?:" + b"|".join(leading) + b")", re.IGNORECASE)
+
+    def __call__(self, sql: bytes) -> bool:
+        if self._leading.match(sql) is not None or b"sidecar:key" in sql:
+            return True
+        semi = sql.find(b";")
+        return semi >= 0 and _MORE_AFTER.search(sql, semi) is not None
+
+
+#: A ``;`` with a statement after it (not only spaces and empty statements).
+_MORE_AFTER = re.compile(rb";[\s;]*[^\s;]")
 
 
 def _kinds_needed(rules: RuleSet) -> frozenset[str] | None:

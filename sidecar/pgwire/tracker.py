@@ -39,11 +39,21 @@ _TERMINAL = {
 ASYNC = frozenset({b"N", b"A", b"S"})  # notice, notification, parameter status
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Pending:
     kind: bytes  # the client message type this answers
     ours: bool  # injected by the sidecar: its answers are not relayed
     extended: bool  # part of an extended-protocol run (skipped after an error)
+
+
+#: One Pending per request type and side, shared by every queue: a request is queued for
+#: each message a relay that frames sends on, and a new object each time showed up in
+#: its CPU per statement.
+_PENDING = {
+    (kind, ours): Pending(kind, ours, kind in b"PBDECS")
+    for kind in _TERMINAL
+    for ours in (False, True)
+}
 
 
 class Tracker:
@@ -53,8 +63,8 @@ class Tracker:
         self.ours_owed = 0  # queued requests of the sidecar's own (kept, not counted)
 
     def sent(self, kind: bytes, *, ours: bool) -> None:
-        if kind in _TERMINAL:
-            self.queue.append(Pending(kind, ours, kind in b"PBDECS"))
+        if (pending := _PENDING.get((kind, ours))) is not None:
+            self.queue.append(pending)
             self.ours_owed += ours
 
     def sent_ours(self, parts: tuple[bytes, ...]) -> bool:

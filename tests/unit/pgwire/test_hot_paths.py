@@ -1,18 +1,23 @@
 """The per-statement paths made cheap keep doing what they did: the sidecar's own requests
 built in one go, their answers handed over a batch at a time, the error looked for in one
 pass, the password first look, and the agent's side read on while the engine runs a
-statement (paused only if the agent says more; its end seen once the engine is done)."""
+statement (paused only if the agent says more; its end seen once the engine is done), the
+first look at each query, and the framing's spans."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from typing import Any, cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sidecar.pgwire import messages, records, redaction
-from sidecar.pgwire.codec import FrontendReader, Message
+from sidecar.pgwire.codec import FrontendReader, Message, spans
+from sidecar.pgwire.exactly_once import _FirstLook
 from sidecar.pgwire.records import Refused, Skipped
 from sidecar.pgwire.session import SKIPPED, Conversation, Portal, _ClientSide
 from sidecar.pgwire.tracker import Tracker
@@ -252,3 +257,37 @@ async def test_a_connection_broken_mid_statement_ends_the_session_after_it() -> 
     await _settle()
     assert side.ended.done()
     assert side.ended.exception() is broken
+
+
+KINDS = frozenset({"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "DO"})
+
+
+def _one_search(kinds: frozenset[str]) -> re.Pattern[bytes]:
+    """The first look as it was: one search for all it looks for."""
+    words = sorted((re.escape(kind.encode()) for kind in kinds), key=len, reverse=True)
+    leading = [b"--", rb"/\*"] + ([b"(?:" + b"|".join(words) + b")(?![A-Za-z])"] if words else [])
+    return re.compile(
+        rb"\A\s*(?:" + b"|".join(leading) + rb")|;[\s;]*[^\s;]|(?-i:sidecar:key)",
+        re.IGNORECASE,
+    )
+
+
+# Queries made of the pieces the first look cares about, in any order and case.
+_PIECES = st.sampled_from(
+    [" ", "\t", "\n", ";", "--", "/*", "*/", "insert", "Drop", "DOES", "do", "x", "é",
+     "select 1", "sidecar:key", "SIDECAR:KEY", "'", "creates"]
+)  # fmt: skip
+
+
+@given(st.lists(_PIECES, max_size=12).map("".join), st.sampled_from([KINDS, frozenset()]))
+def test_the_first_look_finds_what_one_search_found(text: str, kinds: frozenset[str]) -> None:
+    sql = text.encode()
+    assert _FirstLook(kinds)(sql) == (_one_search(kinds).search(sql) is not None), sql
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), max_size=6))
+def test_spans_cut_a_run_of_bytes_at_each_start(sizes: list[int]) -> None:
+    starts = list(itertools.accumulate([0, *sizes[:-1]])) if sizes else []
+    chunk = bytes(sum(sizes))
+    cut = list(spans(chunk, starts))
+    assert [end - at for at, end in cut] == sizes
