@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from mitmproxy import http
@@ -156,11 +157,17 @@ class EffectAddon:
             flow, BodyLimit(rule.max_body_bytes, lambda seen: too_large(f"was cut off at {seen}"))
         )
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        """A guarded flow's work, as a coroutine mitmproxy awaits; None for every other
+        flow (a coroutine function would make a coroutine for each, and make the whole
+        hook dispatch one)."""
         # mitmproxy calls this hook even for a flow answered in requestheaders.
         guarded: Guarded | None = flow.metadata.get(GUARDED)
         if guarded is None or flow.response is not None:
-            return
+            return None
+        return self._answer(flow, guarded)
+
+    async def _answer(self, flow: http.HTTPFlow, guarded: Guarded) -> None:
         rule = guarded.match.rule
         try:
             await self._guard(flow, guarded)

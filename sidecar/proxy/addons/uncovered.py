@@ -100,12 +100,19 @@ class UncoveredWrites:
         self.recorder = recorder
         self._logged: set[tuple[str, str, str]] = set()
 
-    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+    # The hooks are plain functions that return a coroutine only for a flow they have
+    # work for (HookDispatch and mitmproxy await it): a coroutine function's hook would
+    # make one for every flow that goes by, and make the whole dispatch one too.
+
+    def requestheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         request = flow.request
         if flow.response is not None or is_guarded(flow) or not flow.metadata.get(UNMATCHED):
-            return
+            return None
         if request.method.upper() not in WRITES:
-            return
+            return None
+        return self._note(flow)
+
+    async def _note(self, flow: http.HTTPFlow) -> None:
         try:
             await self._uncovered(flow)
         except Exception:  # an inventory must never break the request it is about
@@ -208,20 +215,20 @@ class UncoveredWrites:
         if recorded:
             flow.metadata[_RECORDED] = (binding, key)
 
-    async def responseheaders(self, flow: http.HTTPFlow) -> None:
+    def responseheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         recorded: tuple[Binding, str] | None = flow.metadata.pop(_RECORDED, None)
         if recorded is None or flow.response is None:
-            return
+            return None
         status = flow.response.status_code
         state = EffectState.COMPLETED if status < 400 else EffectState.FAILED
-        await self._settle(recorded, state, RecordedResponse(status), f"answered {status}")
+        return self._settle(recorded, state, RecordedResponse(status), f"answered {status}")
 
-    async def error(self, flow: http.HTTPFlow) -> None:
+    def error(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         recorded: tuple[Binding, str] | None = flow.metadata.pop(_RECORDED, None)
         if recorded is None:
-            return
+            return None
         why = flow.error.msg if flow.error else "no answer"
-        await self._settle(recorded, EffectState.FAILED, None, f"no answer: {why}")
+        return self._settle(recorded, EffectState.FAILED, None, f"no answer: {why}")
 
     async def _settle(
         self,

@@ -276,6 +276,19 @@ class _Guard:
         return Answer(201, (("Content-Type", "application/json"),), b"{}", "recorded")
 
 
+def test_a_flow_no_rule_guards_costs_the_request_hook_no_coroutine(tmp_path: Path):
+    file = tmp_path / "r.yaml"
+    file.write_text(
+        "rules:\n  - name: notes.post\n    match: {host: address, method: POST}\n"
+        "    effect: non_idempotent\n"
+    )
+    addon = _addon(load_rules([file]), _Guard())
+    flow = tflow.tflow()  # a GET: no rule matches
+    addon.requestheaders(flow)
+    assert flow.request.stream
+    assert addon.request(flow) is None
+
+
 async def test_the_guard_gets_the_request_as_matched_with_its_body(tmp_path: Path):
     file = tmp_path / "r.yaml"
     file.write_text(

@@ -1,9 +1,11 @@
-"""Uncovered writes: bounded host labels, the deny answer, and "log once per shape"."""
+"""Uncovered writes: bounded host labels, the deny answer, "log once per shape", and no
+coroutine made for a flow that is not an uncovered write."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,12 @@ def addon(tmp_path: Path, mode: UncoveredMode) -> tuple[UncoveredWrites, Metrics
     return UncoveredWrites(mode, load_rules([path]), metrics, None), metrics, path  # type: ignore[arg-type]
 
 
+async def run(outcome: Awaitable[None] | None) -> None:
+    """What a hook returned, awaited as mitmproxy awaits it (None: nothing to do)."""
+    if outcome is not None:
+        await outcome
+
+
 def unmatched(method: str, path: str, host: str = "api.things.test"):
     flow = tflow.tflow()
     flow.request.method = method
@@ -63,12 +71,15 @@ async def test_logged_once_per_host_method_and_shape_and_counted_each_time(tmp_p
     caplog.set_level(logging.WARNING, "sidecar.proxy")
     for path in ("/issues/1/comments", "/issues/22/comments?x=1", "/issues/3/labels"):
         flow = unmatched("POST", path)
-        await uncovered.requestheaders(flow)
+        await run(uncovered.requestheaders(flow))
         assert flow.response is None  # passed through
-    await uncovered.requestheaders(unmatched("GET", "/issues/4/comments"))  # a read
+    # A read, and a write a rule matched: nothing to do, not even a coroutine made.
+    assert uncovered.requestheaders(unmatched("GET", "/issues/4/comments")) is None
     matched = unmatched("POST", "/things")
-    del matched.metadata[UNMATCHED]  # a rule matched it
-    await uncovered.requestheaders(matched)
+    del matched.metadata[UNMATCHED]
+    assert uncovered.requestheaders(matched) is None
+    assert uncovered.responseheaders(matched) is None
+    assert uncovered.error(matched) is None
     lines = [r for r in caplog.records if "uncovered write" in r.getMessage()]
     assert [r.shape for r in lines] == ["/issues/{id}/comments", "/issues/{id}/labels"]  # type: ignore[attr-defined]
     assert lines[0].getMessage().startswith("uncovered write: POST api.things.test/issues/")
@@ -79,7 +90,7 @@ async def test_logged_once_per_host_method_and_shape_and_counted_each_time(tmp_p
 async def test_deny_answers_403_problem_json_naming_the_request_and_the_rule_file(tmp_path):
     uncovered, metrics, path = addon(tmp_path, UncoveredMode.DENY)
     flow = unmatched("DELETE", "/things/123?force=1")
-    await uncovered.requestheaders(flow)
+    await run(uncovered.requestheaders(flow))
     assert flow.response is not None
     assert flow.response.status_code == 403
     assert flow.request.stream is False  # answered before the body: nothing is streamed
@@ -100,7 +111,7 @@ async def test_deny_answers_403_problem_json_naming_the_request_and_the_rule_fil
 async def test_deny_on_a_host_no_rule_names_says_to_give_a_rule_file(tmp_path):
     uncovered, _, _ = addon(tmp_path, UncoveredMode.DENY)
     flow = unmatched("PUT", "/x", host="other.test")
-    await uncovered.requestheaders(flow)
+    await run(uncovered.requestheaders(flow))
     body = json.loads(flow.response.content or b"")  # type: ignore[union-attr]
     assert body["rule_file"] is None
     assert "a rule file given with --rules" in body["detail"]
