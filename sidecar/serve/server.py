@@ -178,6 +178,26 @@ async def _observe(
     return notifier
 
 
+def proxy_addons(
+    settings: Settings,
+    rules: RuleSet,
+    routes: Routes,
+    guard: EffectGuard,
+    metrics: Metrics,
+    gate: ReadinessGate,
+) -> list[object]:
+    """The proxy's addons, in the order mitmproxy runs them (one entry of its chain:
+    ``proxy/dispatch.py``); ``bench/hooks.py`` times them on their own."""
+    return [
+        gate,
+        TaskBinder(settings.task),
+        EffectAddon(rules, guard, metrics),
+        UncoveredWrites(UncoveredMode(settings.uncovered_writes), rules, metrics, guard.recorder),
+        Router(routes),
+        TunnelCounter(metrics),
+    ]
+
+
 async def start(settings: Settings) -> Running:
     # Before any connection: the roots loading since aiohttp's import (done by now).
     tls_roots.wait_for_roots()
@@ -224,16 +244,7 @@ async def start(settings: Settings) -> Running:
             listen_port=proxy_port,
             mode=settings.mode,
             confdir=authority.confdir,
-            addons=[
-                gate,
-                TaskBinder(settings.task),
-                EffectAddon(rules, guard, metrics),
-                UncoveredWrites(
-                    UncoveredMode(settings.uncovered_writes), rules, metrics, guard.recorder
-                ),
-                Router(routes),
-                TunnelCounter(metrics),
-            ],
+            addons=proxy_addons(settings, rules, routes, guard, metrics, gate),
             allow_hosts=interception_hosts(rules, routes),
             upstream_ca=upstream_trust_file(authority.confdir, settings.upstream_ca),
         )
