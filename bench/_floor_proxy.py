@@ -127,15 +127,20 @@ def _is_effect(request: http.Request) -> bool:
     return request.method == "POST" and request.path.startswith(EFFECTS)
 
 
-async def serve(db: Path, upstream: URL, confdir: Path) -> None:
-    commits = GroupCommitter(open_db(db, SCHEMA))
-    commits.start()
-    client = aiohttp.ClientSession(
+def forwarding_client() -> aiohttp.ClientSession:
+    """The client effects go upstream with: set as the sidecar's (``proxy/upstream.py``)."""
+    return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=256),
         auto_decompress=False,
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         cookie_jar=aiohttp.DummyCookieJar(),
     )
+
+
+async def serve(db: Path, upstream: URL, confdir: Path) -> None:
+    commits = GroupCommitter(open_db(db, SCHEMA))
+    commits.start()
+    client = forwarding_client()
     proxy = EmbeddedProxy(
         listen_host="127.0.0.1",
         listen_port=0,

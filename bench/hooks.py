@@ -45,8 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from _floor_proxy import SCHEMA, Floor
+from _floor_proxy import SCHEMA, Floor, forwarding_client
 from _group_commit import GroupCommitter, open_db
 from mitmproxy import http
 from mitmproxy.test import tflow, tutils
@@ -141,12 +140,7 @@ async def sidecar_side(root: Path, upstream: str) -> tuple[Side, Callable[[], An
 async def floor_side(root: Path, upstream: str) -> tuple[Side, Callable[[], Any]]:
     commits = GroupCommitter(open_db(root / "floor.db", SCHEMA))
     commits.start()
-    client = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=256),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
+    client = forwarding_client()
     side = Side("floor", HookDispatch(Floor(commits, client, URL(upstream))), {})
 
     async def close() -> None:
