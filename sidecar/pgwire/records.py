@@ -119,7 +119,7 @@ def failed_closes(sent: Iterable[bytes], answers: list[Message]) -> list[bytes]:
     """The Close messages of those requests in ``sent`` that the server failed, each
     request ending with a Sync or being a Query (the simple protocol), each answered up
     to its ReadyForQuery."""
-    closes: list[bytes] = []
+    found: list[bytes] = []
     request: list[bytes] = []
     start = 0
     for raw in sent:
@@ -130,9 +130,9 @@ def failed_closes(sent: Iterable[bytes], answers: list[Message]) -> list[bytes]:
         if end is None:
             break
         if b"E" in [a.kind for a in answers[start:end]]:
-            closes += [m for m in request if m[:1] == b"C"]
+            found += closes(request)
         request, start = [], end + 1
-    return closes
+    return found
 
 
 def record_values(task: str, key: str, attempt_id: str, generation: int, text: str) -> list[str]:
