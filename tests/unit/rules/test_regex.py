@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from textwrap import dedent
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sidecar.cli import main
-from sidecar.rules import load_rules
-from sidecar.rules.regex import LinearPattern
+from sidecar.rules import PathTemplate, load_rules
+from sidecar.rules.regex import LinearPattern, compile_pattern
 from sidecar.rules.sql import Statement
 
 EVIL = "^(a|aa)+$"  # exponential for a backtracking engine on a run of 'a's and a '!'
@@ -34,7 +37,7 @@ def sql_rule(tmp_path: Path, regex: str):
     )
 
 
-def test_every_pattern_a_rule_supplies_is_compiled_by_the_linear_engine(tmp_path):
+def test_every_pattern_a_rule_writes_is_compiled_by_the_linear_engine(tmp_path):
     rules = rules_from(
         tmp_path,
         """\
@@ -43,14 +46,19 @@ def test_every_pattern_a_rule_supplies_is_compiled_by_the_linear_engine(tmp_path
             match: {sql: {regex: "into ledger"}}
             effect: non_idempotent
           - name: app.http
-            match: {host: "*.example.com", path: "/v1/{id}/things"}
+            match: {host: "*.example.com", path: "/v1/{rest*}/things"}
+            effect: non_idempotent
+          - name: app.plain
+            match: {host: "api.example.com", path: "/v1/{id}/things"}
             effect: non_idempotent
         """,
     )
-    sql, http = rules
+    sql, http, plain = rules
     assert isinstance(sql.sql.sql.regex, LinearPattern)
     assert isinstance(http.http.host[0].regex, LinearPattern)
-    assert isinstance(http.http.path.regex, LinearPattern)
+    assert isinstance(http.http.path.regex, LinearPattern)  # {name*}: no bound on re
+    # The pattern a template without {name*} makes runs on re (linear for it, and faster).
+    assert isinstance(plain.http.path.regex, re.Pattern)
 
 
 @pytest.mark.timeout(20)  # a backtracking engine would still be at it in a year
@@ -60,6 +68,37 @@ def test_a_pattern_that_backtracks_exponentially_answers_at_once(tmp_path):
     assert rules.match_sql(Statement.of("a" * 5000 + "!")) is None
     assert rules.match_sql(Statement.of("a" * 5000)) is not None
     assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    "template",
+    ["/{a}/{b}/{c}", "/v{a}.x/{b}.x/{c}.x", "/bot{a}/send{b}/{c}", "/{a}/x"],
+)
+def test_a_template_on_re_answers_a_hostile_path_at_once(template):
+    # Long runs of what a parameter takes, the literal after it repeated inside, and a
+    # last character that fails: each segment still matches at most one way.
+    compiled = PathTemplate.parse(template)
+    assert isinstance(compiled.regex, re.Pattern)
+    started = time.perf_counter()
+    for filler in ("a", ".x", "send", "x/"):
+        for tail in ("!", "/", "//", "/y/z"):
+            compiled.match("/" + filler * 20_000 + "/" + filler * 20_000 + tail)
+    assert time.perf_counter() - started < 1.0
+
+
+_SEGMENTS = st.sampled_from(["{p}", "v{p}", "{p}.json", "bot{p}", "a", "b.c", "x-y"])
+_PATH_TEXT = st.text(alphabet="ab./-{}%\udcff.jsonvbot", max_size=30)
+
+
+@given(segments=st.lists(_SEGMENTS, min_size=0, max_size=4), path=_PATH_TEXT)
+def test_a_template_matches_on_re_exactly_as_on_the_linear_engine(segments, path):
+    numbered = [segment.replace("{p}", f"{{p{at}}}") for at, segment in enumerate(segments)]
+    template = PathTemplate.parse("/" + "/".join(numbered))
+    assert isinstance(template.regex, re.Pattern)
+    on_re2 = PathTemplate(template.source, template.params, compile_pattern(template.regex.pattern))
+    assert template.match(path) == on_re2.match(path)
+    assert template.match("/" + path) == on_re2.match("/" + path)
 
 
 def test_a_path_that_is_not_utf8_is_matched_not_refused(tmp_path):
