@@ -1,7 +1,7 @@
 """Benchmark: the sidecar's own work per HTTP flow, side by side with the floor's, with
 neither mitmproxy nor a socket of the agent's in between.
 
-    ./run bench hooks [--requests 3000] [--rounds 3]
+    ./run bench hooks [--requests 3000] [--rounds 3] [--row pass-through|recorded|replayed]
 
 ``bench proxy`` measures whole proxies: there the sidecar's own work is mixed with
 mitmproxy's, which both pay, and its figures move with the load tool and the loopback.
@@ -177,7 +177,7 @@ async def measure(args: argparse.Namespace, root: Path) -> Results:
                 for row in ROWS:
                     await cpu_per_flow(side, row, 200)
             for round_ in range(args.rounds):
-                for row in ROWS:
+                for row in args.rows:
                     for side in sides if round_ % 2 == 0 else sides[::-1]:
                         cpu, loop = await cpu_per_flow(side, row, args.requests)
                         results.setdefault((row, side.name), []).append((cpu, loop))
@@ -191,14 +191,14 @@ async def measure(args: argparse.Namespace, root: Path) -> Results:
     return results
 
 
-def report(results: Results) -> None:
+def report(results: Results, rows: tuple[str, ...]) -> None:
     """Per row and side: the median CPU per flow (min-max over rounds) and, after "/",
     the median of it on the event loop's thread (the rest is the store's writer thread
     and the threads the default executor runs); then the median per-round difference."""
     print()
     print("| flow | sidecar: CPU per flow / on the loop | floor | sidecar - floor |")
     print("|---|---:|---:|---:|")
-    for row in ROWS:
+    for row in rows:
         mine, floor = results[(row, "sidecar")], results[(row, "floor")]
         gap = statistics.median(m[0] - f[0] for m, f in zip(mine, floor, strict=True))
         print(f"| {row} | {_figure(mine)} | {_figure(floor)} | {gap:+.1f} µs |")
@@ -214,9 +214,13 @@ def main() -> None:
     options = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     options.add_argument("--requests", type=int, default=3000, help="flows per row, side, round")
     options.add_argument("--rounds", type=int, default=3)
+    options.add_argument(
+        "--row", dest="rows", action="append", choices=ROWS, help="only this row (repeatable)"
+    )
     args = options.parse_args()
+    args.rows = tuple(args.rows or ROWS)
     with tempfile.TemporaryDirectory(prefix="bench-hooks-") as scratch:
-        report(asyncio.run(measure(args, Path(scratch))))
+        report(asyncio.run(measure(args, Path(scratch))), args.rows)
 
 
 if __name__ == "__main__":

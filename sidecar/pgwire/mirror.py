@@ -164,7 +164,7 @@ class LogMirror:
     def replayed(
         self, binding: Binding, key: str, logged: EffectState | None, tag: str, rule: str
     ) -> None:
-        self._metrics.effects.labels(rule, "replayed").inc()
+        self._metrics.effects_by(rule, "replayed").inc()
         self._later(key, self._note_replay(binding, key, logged, tag))
 
     def ended(self, done: Done, committed: bool) -> None:
@@ -261,6 +261,6 @@ class LogMirror:
                 response=as_response(done.tag) if completed else None, detail=detail,
             ))  # fmt: skip
             disposition = "recorded" if completed else "rolled_back"
-            self._metrics.effects.labels(done.rule, disposition).inc()
+            self._metrics.effects_by(done.rule, disposition).inc()
         except SidecarError as error:
             log.warning("effect %s not mirrored: %s", done.key, error.detail)

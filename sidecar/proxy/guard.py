@@ -87,6 +87,11 @@ NOTED_MAX = 65536  # (attempt, effect, event) audit lines remembered as already 
 ENDED_MAX = 65536  # when first tries' connections ended, for proofs of absence
 
 
+#: What a replayed answer carries besides the recorded one's header fields.
+_REPLAY = (("X-Sidecar-Effect", "replayed"), ("Idempotent-Replayed", "true"))
+_DIVERGENT_REPLAY = (*_REPLAY, ("X-Sidecar-Divergent", "true"))
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """One matched request on its way through the flow."""
@@ -178,7 +183,7 @@ class EffectGuard:
             failed.detail = without_secrets(failed.detail, match.secrets)
             answer = refusal(failed)
             _log_fault(match, failed, binding)
-        self._metrics.effects.labels(rule.name, answer.disposition).inc()
+        self._metrics.effects_by(rule.name, answer.disposition).inc()
         return answer
 
     async def _handle(
@@ -301,10 +306,9 @@ class EffectGuard:
         detail = "payload differs from the recorded one" if divergent else None
         self._note_later(call.binding, effect, "replayed", detail)
         content = call.codec.replay(effect, call.described)
-        extra = [("X-Sidecar-Effect", "replayed"), ("Idempotent-Replayed", "true")]
-        if divergent:
-            extra.append(("X-Sidecar-Divergent", "true"))
-        log.info("effect replayed", extra=call.fields)
+        extra = _DIVERGENT_REPLAY if divergent else _REPLAY
+        if log.isEnabledFor(logging.INFO):  # its fields are a dict made for the line
+            log.info("effect replayed", extra=call.fields)
         return Answer(content.status, (*content.headers, *extra), content.body, "replayed")
 
     def _remember(self, effect: Effect) -> None:

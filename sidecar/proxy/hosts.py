@@ -24,7 +24,7 @@ _kept: dict[str, str] = {}
 
 def request_host(request: http.Request) -> str:
     """``request.pretty_host``, the same string, from a parse kept per Host header."""
-    authority = request.host_header
+    authority = _host_header(request)
     if not authority:
         return request.host
     host = _kept.get(authority)
@@ -35,3 +35,17 @@ def request_host(request: http.Request) -> str:
                 _kept.clear()
             _kept[authority] = host
     return host
+
+
+_MULTIPLEXED = frozenset({b"HTTP/2.0", b"HTTP/3"})
+
+
+def _host_header(request: http.Request) -> str | None:
+    """``request.host_header``, the same string, in one pass over the header fields
+    (mitmproxy's goes through two layers of calls per field, ~4 us a request)."""
+    data = request.data
+    if data.http_version in _MULTIPLEXED and data.authority:
+        return request.authority
+    values = [value for name, value in data.headers.fields if name.lower() == b"host"]
+    # Repeated fields are folded into one, as Headers.get folds them.
+    return b", ".join(values).decode("utf-8", "surrogateescape") if values else None

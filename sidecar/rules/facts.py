@@ -58,16 +58,30 @@ class HttpRequestFacts:
         headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
         body: bytes | None = None,
     ) -> HttpRequestFacts:
-        """From a request target as on the request line: ``/path?query``."""
+        """From a request target as on the request line: ``/path?query``.
+
+        Made for every request to a host with rules, so built normalised here, without
+        the frozen constructor's per-field writes and ``__post_init__``'s second pass."""
         path, _, query = target.partition("?")
         first: dict[str, str] = {}
-        for name, value in parse_qsl(query, keep_blank_values=True):
-            first.setdefault(name, value)
+        if query:
+            for name, value in parse_qsl(query, keep_blank_values=True):
+                first.setdefault(name, value)
         pairs = headers.items() if isinstance(headers, Mapping) else headers
         lowered: dict[str, str] = {}
         for name, value in pairs:
             lowered.setdefault(name.lower(), value)  # the first of repeated headers wins
-        return cls(method, host, port, path or "/", first, lowered, body)
+        facts = object.__new__(cls)
+        facts.__dict__.update(
+            method=method.upper(),
+            host=host.lower().strip("[]"),
+            port=port,
+            path=path or "/",
+            query=first,
+            headers=lowered,
+            body=body,
+        )  # _json and _json_finite: the class's defaults, as the constructor leaves them
+        return facts
 
     @classmethod
     def from_url(

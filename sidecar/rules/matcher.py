@@ -36,7 +36,8 @@ class RuleMatch:
     @property
     def secrets(self) -> tuple[str, ...]:
         """The values of the path parameters the rule marks secret (``redact.params``)."""
-        return tuple(self.params[n] for n in self.rule.redact.params if self.params.get(n))
+        named = self.rule.redact.params
+        return tuple(self.params[n] for n in named if self.params.get(n)) if named else ()
 
     def key(self, facts: HttpRequestFacts) -> str:
         """The effect key: the rule's ``key`` rendered for this request.
@@ -147,7 +148,7 @@ def same_payload(recorded: str, facts: HttpRequestFacts, current: str) -> bool:
 
 def _digest(facts: HttpRequestFacts, *body: bytes) -> str:
     digest = hashlib.sha256()
-    query = urlencode(sorted(facts.query.items()))
+    query = urlencode(sorted(facts.query.items())) if facts.query else ""  # 2 us if not
     digest.update(f"{facts.method}\n{facts.path}\n{query}\n".encode())
     for part in body:  # apart, not joined: a copy of a large body costs more than a call
         digest.update(part)

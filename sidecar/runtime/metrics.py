@@ -32,6 +32,22 @@ class BoundedLabels:
         return OTHER
 
 
+class Children[M: (Counter, Histogram)]:
+    """A labelled metric's child per label values, made once: ``labels()`` checks its
+    values, takes a lock and builds a key on every call (a few microseconds, on every
+    effect).  For labels whose values are few (rule names, dispositions, operations)."""
+
+    def __init__(self, metric: M) -> None:
+        self._metric: M = metric
+        self._made: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *values: str) -> M:
+        child = self._made.get(values)
+        if child is None:
+            child = self._made[values] = self._metric.labels(*values)
+        return child
+
+
 _LATENCY_BUCKETS = (
     0.0005,
     0.001,
@@ -94,6 +110,7 @@ class Metrics:
             "(recorded, replayed, probed, refused).",
             ["rule", "disposition"],
         )
+        self.effects_by = Children(self.effects)
         self.passthrough = counter(
             "sidecar_passthrough_requests",
             "Requests relayed untouched (no rule, or a read/idempotent rule).",

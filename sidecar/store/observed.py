@@ -11,11 +11,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import Counter, Histogram
-
 from sidecar.domain.model import Claim
 from sidecar.errors import EffectExists, LeaseHeld, SidecarError, StaleGeneration
-from sidecar.runtime.metrics import Metrics
+from sidecar.runtime.metrics import Children, Metrics
 from sidecar.store.base import WriteObserver
 from sidecar.store.commands import AppendCheckpoint, Command, FencedCommand
 
@@ -47,26 +45,15 @@ class MetricsObserver(WriteObserver):
     def __init__(self, metrics: Metrics, announce: Announce = _silent) -> None:
         self.metrics = metrics
         self.announce = announce
-        # operation -> its (writes{outcome="ok"}, write seconds) children: labels() takes
-        # a lock and builds a key on every call, a measurable share of a checkpoint.
-        self._ok: dict[str, tuple[Counter, Histogram]] = {}
-
-    def _ok_series(self, operation: str) -> tuple[Counter, Histogram]:
-        series = self._ok.get(operation)
-        if series is None:
-            m = self.metrics
-            series = (
-                m.store_writes.labels(operation, "ok"),
-                m.store_write_seconds.labels(operation),
-            )
-            self._ok[operation] = series
-        return series
+        # Every write counts in these: their children made once (a measurable share of a
+        # checkpoint otherwise).
+        self._writes = Children(metrics.store_writes)
+        self._write_seconds = Children(metrics.store_write_seconds)
 
     def done(self, command: Command[Any], result: Any, seconds: float) -> None:
         m = self.metrics
-        writes, write_seconds = self._ok_series(command.operation)
-        writes.inc()
-        write_seconds.observe(seconds)
+        self._writes(command.operation, "ok").inc()
+        self._write_seconds(command.operation).observe(seconds)
         if isinstance(command, AppendCheckpoint):
             m.checkpoint_write_seconds.observe(seconds)
         if isinstance(result, Claim):

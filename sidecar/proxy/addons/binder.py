@@ -21,9 +21,27 @@ _AUTHORIZATION, _TASK = b"proxy-authorization", TASK_HEADER.lower().encode()
 _OURS = frozenset({_AUTHORIZATION, _TASK})
 
 
+#: Proxy-Authorization values kept decoded: an agent sends the same one on every request
+#: (HTTP) or connection (HTTPS).  Bounded like the hosts kept (``proxy/hosts.py``):
+#: values this long or shorter, this many, then the memory starts again (~0.5 MiB).
+KEPT, KEPT_LENGTH = 1024, 512
+_kept: dict[str, tuple[str, str] | None] = {}
+
+
 def _credentials(value: str | None) -> tuple[str, str] | None:
     if not value:
         return None
+    if value in _kept:
+        return _kept[value]
+    found = _decoded(value)
+    if len(value) <= KEPT_LENGTH:
+        if len(_kept) >= KEPT:
+            _kept.clear()
+        _kept[value] = found
+    return found
+
+
+def _decoded(value: str) -> tuple[str, str] | None:
     scheme, _, token = value.partition(" ")
     if scheme.lower() != "basic":
         return None
@@ -41,13 +59,16 @@ def _take_ours(headers: http.Headers) -> tuple[str | None, str | None]:
     One pass over the fields, and a rewrite only when one is there: a ``get`` and a
     ``del`` per name scan the fields four times, on every request (~6 us)."""
     found: dict[bytes, list[bytes]] = {}
-    for name, value in headers.fields:
-        lowered = name.lower()
+    kept: list[tuple[bytes, bytes]] = []
+    for field in headers.fields:
+        lowered = field[0].lower()
         if lowered in _OURS:
-            found.setdefault(lowered, []).append(value)
+            found.setdefault(lowered, []).append(field[1])
+        else:
+            kept.append(field)
     if not found:
         return None, None
-    headers.fields = tuple(f for f in headers.fields if f[0].lower() not in _OURS)
+    headers.fields = tuple(kept)
 
     def joined(name: bytes) -> str | None:
         values = found.get(name)

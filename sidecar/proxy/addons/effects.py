@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 from mitmproxy import http
 from mitmproxy.net.http import status_codes
-from mitmproxy.utils.strutils import always_bytes
 
 from sidecar.errors import PayloadTooLarge, SidecarError, SidecarFault
 from sidecar.proxy.addons.binder import METADATA
@@ -70,21 +69,23 @@ def to_response(answer: Answer) -> http.Response:
     Built directly rather than through ``Response.make``, which encodes the body and sets
     its length in two more passes over the header fields; and without ``Response``'s
     constructor, whose ``__post_init__`` type-checks every field against its annotation
-    (about 30 us, a tenth of the sidecar's own work on a replay) - the fields here have
-    those types by construction.  ``tests/unit/proxy/test_small_parts.py`` holds the two
-    ways equal."""
+    (about 30 us, a tenth of the sidecar's own work on a replay), nor ``Headers``'s, which
+    checks each field is bytes - the fields here have those types by construction.
+    ``tests/unit/proxy/test_small_parts.py`` holds the two ways equal."""
     fields = [
-        (always_bytes(n), header_bytes(v))
+        (header_bytes(n), header_bytes(v))
         for n, v in answer.headers
         if n.lower() != "content-length"
     ]
     if answer.status not in _NO_CONTENT_LENGTH:
         fields.append((b"content-length", b"%d" % len(answer.body)))
+    headers = object.__new__(http.Headers)
+    headers.fields = tuple(fields)
     now = time.time()
     data = object.__new__(http.ResponseData)
     data.__dict__.update(
         http_version=b"HTTP/1.1",
-        headers=http.Headers(fields),
+        headers=headers,
         content=answer.body,  # out exactly as recorded (still compressed if it was)
         trailers=None,
         timestamp_start=now,
@@ -149,7 +150,7 @@ class EffectAddon:
             limit = f"rule {rule.name} records bodies up to {rule.max_body_bytes} bytes"
             return to_response(refusal(PayloadTooLarge(f"{limit}; this one {size}")))
 
-        declared = request.headers.get("content-length", "")
+        declared = facts.headers.get("content-length", "")  # the first such field
         if declared.isdigit() and int(declared) > rule.max_body_bytes:
             answer_before_body(flow, too_large(f"declares {declared}"))
             return
@@ -176,9 +177,9 @@ class EffectAddon:
             flow.response = to_response(refusal(fault(unexpected, rule)))
 
     async def _guard(self, flow: http.HTTPFlow, guarded: Guarded) -> None:
-        match, seen = guarded.match, flow.request
+        match, seen, target = guarded.match, flow.request, flow.request.path
         # As the guard's audit lines name it: no query, no secret path parameters.
-        path = without_secrets(seen.path.partition("?")[0], match.secrets)
+        path = without_secrets(guarded.facts.path, match.secrets)
         what = f"{seen.method} {guarded.facts.host}{path} (rule {match.rule.name})"
         try:
             binding = await self.guard.recorder.bind(flow.metadata.get(METADATA), what, "proxy")
@@ -189,7 +190,7 @@ class EffectAddon:
         request = AgentRequest(
             facts=guarded.facts.with_body(seen.raw_content or b""),
             scheme=seen.scheme,
-            target=seen.path,
+            target=target,
             headers=guarded.headers,
         )
         flow.response = to_response(await self.guard.handle(binding, match, request))

@@ -35,6 +35,24 @@ def test_the_host_is_the_one_mitmproxy_names_whatever_the_header_says(host_heade
     assert request_host(request) == request.pretty_host  # and again, from what was kept
 
 
+@pytest.mark.parametrize("version", [b"HTTP/1.1", b"HTTP/2.0", b"HTTP/3"])
+@pytest.mark.parametrize("authority", [b"", b"api.example.com:443"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [],
+        [(b"Host", b"a.example")],
+        [(b"X-A", b"1"), (b"HOST", b"b.example:8080")],
+        [(b"host", b"a.example"), (b"Host", b"b.example")],  # folded, as Headers.get folds
+        [(b"Host", b"caf\xc3\xa9.example"), (b"Host", b"\xff")],
+    ],
+)
+def test_the_host_header_read_is_mitmproxy_s(version, authority, fields):
+    request = tutils.treq(http_version=version, authority=authority)
+    request.headers.fields = tuple(fields)
+    assert hosts._host_header(request) == request.host_header
+
+
 def test_an_http2_request_is_named_by_its_authority():
     request = tutils.treq(http_version=b"HTTP/2.0", authority=b"api.example.com:443")
     request.headers.pop("Host", None)

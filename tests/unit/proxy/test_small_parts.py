@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mitmproxy import http
 from mitmproxy.test import tflow
 
 from sidecar.errors import ConfigError
+from sidecar.proxy.addons import binder as binder_module
 from sidecar.proxy.addons.binder import METADATA, TaskBinder
 from sidecar.proxy.addons.effects import EffectAddon, to_response
 from sidecar.proxy.addons.gate import ReadinessGate
@@ -164,6 +167,30 @@ def test_the_sidecar_s_own_headers_are_removed_every_time_they_appear_and_only_t
     # Repeated, the header reads as mitmproxy joins it: the task is not guessed.
     assert named.metadata[METADATA].task == "312, 313"
     assert named.request.headers.fields == ()
+
+
+def test_credentials_read_again_come_from_what_was_kept_within_its_bounds(monkeypatch):
+    monkeypatch.setattr(binder_module, "_kept", {})
+    monkeypatch.setattr(binder_module, "KEPT", 3)
+    binder = TaskBinder(default_task=None)
+
+    def bound(authorization: str) -> tuple[str | None, str | None, str]:
+        flow = tflow.tflow()
+        flow.request.headers["Proxy-Authorization"] = authorization
+        binder.requestheaders(flow)
+        bind = flow.metadata[METADATA]
+        return bind.task, bind.attempt_id, bind.source
+
+    for _ in range(2):  # the second time from what was kept, the same
+        assert bound(_basic("312", "att-1")) == ("312", "att-1", "credentials")
+        assert bound("Basic !!!") == (None, None, "none")  # not base64: no credentials
+        assert bound("Bearer abc") == (None, None, "none")
+    for n in range(10):
+        assert bound(_basic(f"t{n}", "a")) == (f"t{n}", "a", "credentials")
+    long = _basic("t", "a" * 600)
+    assert bound(long) == ("t", "a" * 600, "credentials")
+    assert 0 < len(binder_module._kept) <= 3
+    assert long not in binder_module._kept
 
 
 def test_without_credentials_the_header_then_the_default_task_binds():
@@ -343,6 +370,7 @@ def test_an_answer_becomes_the_response_mitmproxy_s_own_constructor_would_build(
     )
     assert built.get_state() == checked.get_state()
     assert list(vars(built.data)) == list(vars(checked.data))
+    assert vars(built.headers) == vars(checked.headers)
     assert (built.status_code, built.raw_content) == (answer.status, answer.body)
     assert built.headers.get_all("set-cookie") == [
         v for n, v in answer.headers if n.lower() == "set-cookie"
@@ -381,6 +409,24 @@ def test_a_request_the_upstream_client_would_send_otherwise_is_named_as_such(
     found = unsendable_target(target) or unsendable_header(headers)
     assert (found is None) == (why is None)
     assert (found or "").startswith(why or "")
+
+
+def _field_by_field(headers: tuple[tuple[str, str], ...]) -> str | None:
+    for name, value in headers:
+        if unsendable_header(((name, value),)) is not None:
+            return unsendable_header(((name, value),))
+    return None
+
+
+_HEADER_TEXT = st.text(alphabet="aZ-_ \t\n\r\x00\x7f\u00e9\udcff:", max_size=6)
+
+
+@given(st.lists(st.tuples(_HEADER_TEXT, _HEADER_TEXT), max_size=5))
+def test_fields_are_looked_at_together_as_one_by_one(fields: list[tuple[str, str]]) -> None:
+    # All names and all values are checked in one pass each; the first field that fails
+    # is named as the field-by-field check names it.
+    headers = tuple(fields)
+    assert unsendable_header(headers) == _field_by_field(headers)
 
 
 @pytest.mark.parametrize("raw", [b"caf\xc3\xa9", b"J\xfcrgen", b"plain; q=1"])

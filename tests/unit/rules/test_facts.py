@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from urllib.parse import parse_qsl
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sidecar.rules.facts import HttpRequestFacts
 
@@ -27,3 +31,31 @@ def test_a_body_parsed_before_is_not_carried_over_to_a_new_body() -> None:
 
     assert first.with_body(b'{"n": 2}').json_body() == {"n": 2}
     assert first.with_body(b"not json").json_body() is None
+
+
+_TEXT = st.text(alphabet="aZ-_.%=&?[]:é\udcff ", max_size=12)
+
+
+@given(
+    method=st.sampled_from(["get", "POST", "Patch"]),
+    host=_TEXT,
+    port=st.none() | st.integers(1, 65535),
+    target=_TEXT,
+    headers=st.lists(st.tuples(_TEXT, _TEXT), max_size=4),
+)
+def test_facts_from_a_target_equal_the_normalising_constructor_s(
+    method, host, port, target, headers
+) -> None:
+    # from_target builds its facts normalised itself, without the constructor.
+    built = HttpRequestFacts.from_target(method, host, port, "/" + target, headers, b"{}")
+    path, _, query = ("/" + target).partition("?")
+    first: dict[str, str] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        first.setdefault(name, value)
+    firsts: dict[str, str] = {}
+    for name, value in headers:
+        firsts.setdefault(name.lower(), value)
+    constructed = HttpRequestFacts(method, host, port, path, first, firsts, b"{}")
+    assert built == constructed
+    assert vars(built) == vars(constructed)
+    assert built.json_body() == {}
