@@ -1,11 +1,11 @@
 """What a rule's ``match`` section is made of: host patterns and path templates.
 
-Both are parsed once when the rules are loaded; matching a request is then one regular
-expression per condition, in linear time: host globs and ``{name*}`` templates on the
-linear-time engine (``sidecar.rules.regex``), every other path template on ``re``, which
-runs the patterns they make in linear time too (:meth:`PathTemplate.parse` says why) and
-some 8x faster through RE2's Python binding: path templates are matched on every request
-to a host with rules, several per request.
+Both are parsed once when the rules are loaded; matching a request is then a regular
+expression or two per condition, in linear time: host globs on the linear-time engine
+(``sidecar.rules.regex``; their answers are kept per host), path templates on ``re``,
+which runs the patterns they make in linear time too (:meth:`PathTemplate.parse` says
+why) and some 8x faster than RE2's Python binding: path templates are matched on every
+request to a host with rules, several per request.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sidecar.rules.regex import LinearPattern, compile_pattern
-from sidecar.rules.regex import escape as linear_escape
+from sidecar.rules.regex import LinearPattern, compile_pattern, escape
 from sidecar.rules.templates import PARAM_NAME, TemplateSyntaxError
 
 _HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.*]+)\]|(?P<name>[a-z0-9*?._-]+))(?::(?P<port>\d{1,5}))?")
@@ -52,7 +51,7 @@ class HostPattern:
 def _glob(host: str) -> str:
     """A host glob as a pattern: ``*`` any run of characters (dots too), ``?`` one."""
     wild = {"*": ".*", "?": "."}
-    return "".join(wild.get(char) or linear_escape(char) for char in host)
+    return "".join(wild.get(char) or escape(char) for char in host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,18 +66,23 @@ class PathTemplate:
 
     source: str
     params: tuple[str, ...]
-    regex: LinearPattern | re.Pattern[str]
+    #: the whole template, if it has no ``{name*}``; else the segments before it
+    regex: re.Pattern[str]
+    #: a template with a ``{name*}``: the segments after it, and how many on each side
+    starred: _Starred | None = None
 
     @classmethod
     def parse(cls, source: str) -> PathTemplate:
         """The template compiled, or :class:`TemplateSyntaxError` saying what is wrong.
 
-        Without a ``{name*}``, it compiles with ``re``: each ``{name}`` is ``[^/]+``,
-        which cannot cross a '/', so each segment can end only where the template's own
-        '/' (or the end) is, and the literal text after a parameter must end there too:
-        every segment matches at most one way, and a backtracking engine retries at most
-        each segment's length once - linear, whatever the path.  A ``{name*}`` (any
-        number of segments, then more template) has no such bound, so RE2 runs it."""
+        It compiles with ``re``: each ``{name}`` is ``[^/]+``, which cannot cross a '/',
+        so each segment can end only where the template's own '/' (or the end) is, and
+        the literal text after a parameter must end there too: every segment matches at
+        most one way, and a backtracking engine retries at most each segment's length
+        once - linear, whatever the path.  A ``{name*}`` (one or more whole segments) has
+        no such bound in one pattern, so the segments before it and after it are
+        matched apart, each side by the segments it must take (:meth:`_match_starred`):
+        what is left between them is the ``{name*}``."""
 
         def bad(why: str) -> TemplateSyntaxError:
             return TemplateSyntaxError(f"invalid path template {source!r}: {why}")
@@ -90,8 +94,7 @@ class PathTemplate:
         params: list[str] = []
         pieces: list[str] = []
         stars = 0
-        # A '*}' in a valid template is a {name*}; in any other, an error comes below.
-        escape = linear_escape if "*}" in source else re.escape
+        star_at = -1
         body = source.rstrip("/")
         for segment in body.split("/")[1:] if body else []:
             if not segment:
@@ -100,7 +103,7 @@ class PathTemplate:
             if found is None:
                 if "{" in segment or "}" in segment:
                     raise bad(f"{segment!r}: at most one {{name}} per segment, braces balanced")
-                pieces.append(escape(segment))
+                pieces.append(re.escape(segment))
                 continue
             name, star = found["name"].removesuffix("*"), found["name"].endswith("*")
             if not PARAM_NAME.fullmatch(name):
@@ -113,24 +116,64 @@ class PathTemplate:
             if stars > 1:
                 raise bad("only one {name*} parameter is allowed")
             params.append(name)
-            capture = f"(?P<{name}>{'.+?' if star else '[^/]+'})"
-            pieces.append(escape(found["before"]) + capture + escape(found["after"]))
-        pattern = "/" + "/".join(pieces) + ("/?" if pieces else "")
-        regex = compile_pattern(pattern) if stars else re.compile(pattern)
-        return cls(source, tuple(params), regex)
+            if star:
+                star_at = len(pieces)
+                pieces.append("")
+                continue
+            capture = f"(?P<{name}>[^/]+)"
+            pieces.append(re.escape(found["before"]) + capture + re.escape(found["after"]))
+        if star_at < 0:
+            pattern = "/" + "/".join(pieces) + ("/?" if pieces else "")
+            return cls(source, tuple(params), re.compile(pattern))
+        before, after = pieces[:star_at], pieces[star_at + 1 :]
+        starred = _Starred(re.compile("/".join(after)), len(before), len(after))
+        return cls(source, tuple(params), re.compile("/".join(before)), starred)
 
     def match(self, path: str) -> dict[str, str] | None:
+        """The parameters, in URL form, if ``path`` is one the template describes."""
+        if self.starred is not None:
+            return self._match_starred(path, self.starred)
         found = self.regex.fullmatch(path)
         if found is None:
             return None
         # The pattern's groups are the parameters, one each, in order (parse() makes no
-        # other group), so they are read by position: by name costs RE2 far more.
-        # (``re`` never leaves one of them out; RE2's lazy ``{name*}`` neither.)
-        return {
-            name: value
-            for name, value in zip(self.params, found.groups(), strict=True)
-            if value is not None
-        }
+        # other group), so they are read by position.
+        return dict(zip(self.params, found.groups(), strict=True))
+
+    def _match_starred(self, path: str, starred: _Starred) -> dict[str, str] | None:
+        """Match a template with a ``{name*}``: the segments before it and after it take
+        the path's first and last segments (neither can take a '/', so which ones is
+        fixed), the ``{name*}`` what is between, which must not be empty (nor hold a line
+        break: it is ``.+?`` in the template's one-pattern form).  A trailing slash on
+        the path is left out first (the ``{name*}`` is then the shortest it can be, as
+        that form's lazy ``.+?`` takes it), kept in it otherwise."""
+        for text in (path[:-1], path) if path.endswith("/") else (path,):
+            if not text.startswith("/"):
+                continue
+            segments = text[1:].split("/")
+            if len(segments) <= starred.before + starred.after:
+                continue
+            end = len(segments) - starred.after
+            star = "/".join(segments[starred.before : end])
+            if not star or "\n" in star:
+                continue
+            head = self.regex.fullmatch("/".join(segments[: starred.before]))
+            tail = starred.after_regex.fullmatch("/".join(segments[end:]))
+            if head is None or tail is None:
+                continue
+            values = (*head.groups(), star, *tail.groups())
+            return dict(zip(self.params, values, strict=True))
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Starred:
+    """The shape of a template around its ``{name*}``: the pattern of the segments after
+    it, and how many segments come before it and after it."""
+
+    after_regex: re.Pattern[str]
+    before: int
+    after: int
 
 
 # One segment holding a parameter, with the literal text around it.
