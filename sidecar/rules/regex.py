@@ -5,7 +5,8 @@ A backtracking engine (Python's ``re``) can take exponential time on a pattern s
 such pattern would stall the proxy.  RE2 never backtracks.  What it cannot do -
 backreferences, lookaround, atomic groups, possessive quantifiers - is refused when the
 rules are loaded, saying what to write instead.  The product's own fixed patterns stay
-on ``re``.
+on ``re``, and so do the patterns it makes of path templates, which cannot backtrack
+badly (``sidecar.rules.patterns`` says why).
 
 Texts are handed to RE2 as UTF-8 bytes with lone surrogates passed through (mitmproxy
 decodes raw bytes in a path with ``surrogateescape``), and captured groups come back as
