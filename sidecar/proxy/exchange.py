@@ -36,7 +36,6 @@ class AgentRequest:
 
 # RFC 9110 §5.1: a name is a token.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_TOKENS = re.compile(rf"{_TOKEN.pattern}(?:\n{_TOKEN.pattern})*")  # one per line
 # A byte that is not UTF-8, as mitmproxy hands it over (``surrogateescape``): the
 # upstream client writes text as UTF-8 and silently leaves such a character out.
 _SURROGATES = "\ud800-\udfff"
@@ -54,11 +53,13 @@ def unsendable_header(headers: Headers) -> str | None:
     such a request is refused before anything is recorded, instead of failing between
     recording and forwarding, or being forwarded other than it was recorded.
     """
-    # All names in one match and all values in one search (joined by what each may not
-    # hold, and a value may hold HTAB), not two per field: fields one by one only if one
-    # of those fails, to say which.
-    names, values = "\n".join(n for n, _ in headers), "\t".join(v for _, v in headers)
-    if not headers or (_TOKENS.fullmatch(names) and _UNSENDABLE_VALUE(values) is None):
+    # All names in one match (each not empty, and together only token characters) and all
+    # values in one search (joined by HTAB, which a value may hold), not two per field:
+    # fields one by one only if one of those fails, to say which.
+    names, values = "".join(n for n, _ in headers), "\t".join(v for _, v in headers)
+    if not headers or (
+        all(n for n, _ in headers) and _TOKEN.fullmatch(names) and _UNSENDABLE_VALUE(values) is None
+    ):
         return None
     for name, value in headers:
         if _TOKEN.fullmatch(name) is None:
