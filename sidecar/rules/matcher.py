@@ -211,6 +211,9 @@ def _match_beyond_host(condition: HttpMatch, facts: HttpRequestFacts) -> dict[st
 #: hosts up to what length (a DNS name's 253, an IPv6 address in brackets): ~1.5 MiB.
 HOSTS_KEPT = 4096
 HOST_KEPT_LENGTH = 255
+#: ... and of :meth:`RuleSet._rules_for`, per method too, for methods up to this long
+#: (the registered ones are at most 17 characters).
+METHOD_KEPT_LENGTH = 32
 
 
 class RuleSet:
@@ -227,6 +230,7 @@ class RuleSet:
         self.files = tuple(files)
         self._by_name = {rule.name: rule for rule in self.rules}
         self._hosts: dict[tuple[str, int | None], tuple[Rule, ...]] = {}
+        self._by_method: dict[tuple[str, int | None, str], tuple[Rule, ...]] = {}
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -238,12 +242,29 @@ class RuleSet:
         return self._by_name.get(name)
 
     def match(self, facts: HttpRequestFacts) -> RuleMatch | None:
-        for rule in self.rules_on_host(facts.host, facts.port):
+        for rule in self._rules_for(facts.host, facts.port, facts.method):
             assert rule.http is not None  # rules_on_host holds HTTP rules only
             params = _match_beyond_host(rule.http, facts)
             if params is not None:
                 return RuleMatch(rule, params)
         return None
+
+    def _rules_for(self, host: str, port: int | None, method: str) -> tuple[Rule, ...]:
+        """:meth:`rules_on_host` without the rules that name other methods, kept like it:
+        a GET to api.github.com otherwise tried the pack's 20 rules for writes first."""
+        known = self._by_method.get((host, port, method))
+        if known is None:
+            known = tuple(
+                rule
+                for rule in self.rules_on_host(host, port)
+                if rule.http is not None
+                and (rule.http.method is None or method in rule.http.method)
+            )
+            if len(host) <= HOST_KEPT_LENGTH and len(method) <= METHOD_KEPT_LENGTH:
+                if len(self._by_method) >= HOSTS_KEPT:
+                    self._by_method.clear()
+                self._by_method[(host, port, method)] = known
+        return known
 
     def may_match_host(self, host: str, port: int | None = None) -> bool:
         """Whether any rule could match a request to ``host`` (so TLS must be opened)."""

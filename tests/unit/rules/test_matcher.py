@@ -133,7 +133,7 @@ RULES_ON_SEVERAL_HOSTS = [
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
+            st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "X" * 40]),
             st.sampled_from(["api.example.com", "X.org", "other.net", "[::1]"]),
             st.sampled_from([None, 443, 8443]),
             st.sampled_from(["/v1/charges", "/v1/x/y", "//v1/charges", "/"]),
@@ -158,6 +158,8 @@ def test_a_request_gets_the_first_rule_that_matches_whatever_was_asked_before(re
             )
             found = rules.match(asked)
             assert (None if found is None else (found.rule.name, dict(found.params))) == expected
+            assert len(rules._by_method) <= 2
+        assert all(len(method) <= matcher.METHOD_KEPT_LENGTH for _, _, method in rules._by_method)
     finally:
         matcher.HOSTS_KEPT = kept
 
