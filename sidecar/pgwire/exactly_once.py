@@ -47,6 +47,7 @@ from sidecar.rules import EffectKind, RuleSet
 from sidecar.rules.matcher import SqlRuleMatch
 from sidecar.rules.sql import NO_TRANSACTION, Statement, split
 from sidecar.runtime import failpoints
+from sidecar.runtime.kept import keep
 from sidecar.runtime.metrics import Metrics
 from sidecar.store import Store
 
@@ -103,9 +104,7 @@ class PgEffects:
             statements = (Statement.of(text) for text in split(sql))
             known = tuple((statement, self.match(statement)) for statement in statements)
             if len(sql) <= CLASSIFIED_TEXT_MAX:
-                if len(self.classified) >= CLASSIFIED_MAX:
-                    self.classified.clear()
-                self.classified[sql] = known
+                keep(self.classified, sql, known, CLASSIFIED_MAX)
         return known
 
     def might_guard(self, sql: bytes) -> bool:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from mitmproxy import http
 from mitmproxy.net.http import url
 
+from sidecar.runtime.kept import keep
+
 #: Host header values kept parsed; an agent talks to a handful of hosts, and a flood of
 #: made-up ones only starts the memory again.
 KEPT = 1024
@@ -31,9 +33,7 @@ def request_host(request: http.Request) -> str:
     if host is None:
         host = url.parse_authority(authority, check=False)[0]
         if len(authority) <= KEPT_LENGTH:
-            if len(_kept) >= KEPT:
-                _kept.clear()
-            _kept[authority] = host
+            keep(_kept, authority, host, KEPT)
     return host
 
 

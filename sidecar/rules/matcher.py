@@ -26,6 +26,7 @@ from sidecar.rules.sql import Statement
 from sidecar.rules.sql import effect_key as sql_effect_key
 from sidecar.rules.sql import matches as sql_matches
 from sidecar.rules.templates import TemplateValueMissing
+from sidecar.runtime.kept import keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,9 +262,7 @@ class RuleSet:
                 and (rule.http.method is None or method in rule.http.method)
             )
             if len(host) <= HOST_KEPT_LENGTH and len(method) <= METHOD_KEPT_LENGTH:
-                if len(self._by_method) >= HOSTS_KEPT:
-                    self._by_method.clear()
-                self._by_method[(host, port, method)] = known
+                keep(self._by_method, (host, port, method), known, HOSTS_KEPT)
         return known
 
     def may_match_host(self, host: str, port: int | None = None) -> bool:
@@ -286,9 +285,7 @@ class RuleSet:
                 if rule.http and any(p.matches(host, port) for p in rule.http.host)
             )
             if len(host) <= HOST_KEPT_LENGTH:  # longer ones are no host name
-                if len(self._hosts) >= HOSTS_KEPT:
-                    self._hosts.clear()  # a flood of made-up hosts: start again
-                self._hosts[(host, port)] = known
+                keep(self._hosts, (host, port), known, HOSTS_KEPT)
         return known
 
     def match_sql(self, statement: Statement) -> SqlRuleMatch | None:

@@ -14,6 +14,7 @@ import binascii
 from mitmproxy import connection, http
 
 from sidecar.recording.bindings import BindRequest
+from sidecar.runtime.kept import keep
 
 METADATA = "sidecar.bind"
 TASK_HEADER = "X-Sidecar-Task"
@@ -35,9 +36,7 @@ def _credentials(value: str | None) -> tuple[str, str] | None:
         return _kept[value]
     found = _decoded(value)
     if len(value) <= KEPT_LENGTH:
-        if len(_kept) >= KEPT:
-            _kept.clear()
-        _kept[value] = found
+        keep(_kept, value, found, KEPT)
     return found
 
 
