@@ -199,7 +199,7 @@ def test_a_live_worker_holding_the_lease_exits_4(stack: Stack) -> None:
         remote = resume(stack, where="control")
         assert remote.returncode == 4, remote.stdout + remote.stderr
     finally:
-        agent.kill()
+        agent.end()
 
 
 def test_a_locked_store_exits_5(stack: Stack) -> None:

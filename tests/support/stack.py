@@ -161,6 +161,6 @@ class Stack:
 
     def close(self) -> None:
         for agent in self.agents:
-            agent.kill()
+            agent.end()
         self.process.terminate()
         self.upstream.kill()
