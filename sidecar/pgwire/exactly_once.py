@@ -326,17 +326,17 @@ class Statements:
             binding.task, key, binding.attempt_id, binding.generation,
             redaction.redacted_text(statement.text),  # no password literal kept in clear
         )  # fmt: skip
-        record = records.request(records.RECORD, values, sync=wire.simple)
         if wire.abandon is not None:
             logged = await self.mirror.pending(binding, match, key, statement)
-            if logged is None:
+            if logged is None:  # (its record is made there, to go with the statement)
                 return await self._with_statement(wire, binding, match, key, statement, values)
-            answers = await wire.ask(*record)  # an earlier try: its record decides first
+            # An earlier try: its record decides first.
+            answers = await wire.ask(*records.request(records.RECORD, values, sync=wire.simple))
         else:
             # The record goes out, and while the server inserts it the effect is logged
             # pending - awaited here, not in a task of its own, which would wake this one
             # a loop turn after the store answered.
-            sent = wire.send(*record)
+            sent = wire.send(*records.request(records.RECORD, values, sync=wire.simple))
             try:
                 logged = await self.mirror.pending(binding, match, key, statement)
             finally:
