@@ -16,6 +16,13 @@ from sidecar.rules.json_text import parse_json
 _NOT_PARSED: Any = object()
 
 
+def rule_host(host: str) -> str:
+    """A host as rules see it: lower-case, without an IPv6 address's brackets.  The one
+    form for matching a request and for deciding whether to open its TLS (they must
+    agree, or a host a rule names could be matched yet never intercepted)."""
+    return host.lower().strip("[]")
+
+
 @dataclass(frozen=True)
 class HttpRequestFacts:
     """What the rules may look at in one HTTP request.
@@ -38,7 +45,7 @@ class HttpRequestFacts:
     def __post_init__(self) -> None:
         # Normalised here so every producer (proxy, tests, probes) compares alike.
         object.__setattr__(self, "method", self.method.upper())
-        object.__setattr__(self, "host", self.host.lower().strip("[]"))
+        object.__setattr__(self, "host", rule_host(self.host))
         object.__setattr__(self, "headers", {k.lower(): v for k, v in self.headers.items()})
 
     def with_body(self, body: bytes | None) -> HttpRequestFacts:
@@ -74,7 +81,7 @@ class HttpRequestFacts:
         facts = object.__new__(cls)
         facts.__dict__.update(
             method=method.upper(),
-            host=host.lower().strip("[]"),
+            host=rule_host(host),
             port=port,
             path=path or "/",
             query=first,

@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 import orjson
 
-from sidecar.rules.facts import HttpRequestFacts
+from sidecar.rules.facts import HttpRequestFacts, rule_host
 from sidecar.rules.model import HttpMatch, Rule
 from sidecar.rules.regex import LinearMatch
 from sidecar.rules.sql import Statement
@@ -267,7 +267,7 @@ class RuleSet:
 
     def may_match_host(self, host: str, port: int | None = None) -> bool:
         """Whether any rule could match a request to ``host`` (so TLS must be opened)."""
-        return bool(self.rules_on_host(host.lower().strip("[]"), port))
+        return bool(self.rules_on_host(rule_host(host), port))
 
     def rules_on_host(self, host: str, port: int | None = None) -> tuple[Rule, ...]:
         """The HTTP rules, in load order, whose host patterns take ``host`` (lower-case,

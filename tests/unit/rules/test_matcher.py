@@ -19,6 +19,7 @@ from sidecar.rules import (
     matcher,
     same_payload,
 )
+from sidecar.rules.facts import rule_host
 
 
 def make(name, effect="non_idempotent", **match):
@@ -107,6 +108,24 @@ def test_may_match_host_tells_which_connections_to_open():
     assert not rules.may_match_host("x.org", 443)
     assert not rules.may_match_host("example.com")
     assert not RuleSet().may_match_host("example.com")
+
+
+@given(
+    st.sampled_from(["api.example.com", "x.org", "::1", "example.com"]),
+    st.randoms(),
+    st.booleans(),
+    st.sampled_from([None, 443, 8443]),
+)
+def test_a_host_is_intercepted_whenever_a_request_to_it_could_match(name, rnd, bracketed, port):
+    """The TLS decision and the match see a host alike, however it is spelled."""
+    rules = RuleSet(
+        [make("a", host="*.example.com"), make("b", host=["x.org:8443"]), make("c", host="[::1]")]
+    )
+    spelled = "".join(c.upper() if rnd.random() < 0.5 else c for c in name)
+    host = f"[{spelled}]" if bracketed else spelled
+    matched = rules.match(HttpRequestFacts("POST", host, port, "/v1/charges")) is not None
+    assert rules.may_match_host(host, port) == matched
+    assert rule_host(host) == name
 
 
 def test_may_match_host_answers_the_same_when_asked_again_and_past_its_memory(monkeypatch):
