@@ -235,6 +235,9 @@ class BackendReader(_Reader):
     #: the transaction status of the last ReadyForQuery framed: I idle, T in a
     #: transaction, E in a failed one ("" until the first)
     transaction_status: str = ""
+    #: the BackendKeyData's body the server sent at start-up (its process id and secret
+    #: key): what a CancelRequest for this connection carries ("" until then)
+    key_data: bytes = b""
 
     def feed(self, data: bytes) -> list[Message]:
         framed = self._framed(data)

@@ -63,6 +63,19 @@ UNBOUND = (
     "no task is bound to this connection: run the agent under `sidecar exec` "
     "(it sets PGOPTIONS=-c sidecar.task=...)"
 )
+# What of a guarded statement's answer the agent is not given: ReadyForQuery (the
+# sidecar sends its own), and a CopyInResponse or CopyBothResponse, which the session
+# answered with CopyFail (a COPY through the connection cannot be recorded).
+_NOT_RELAYED = frozenset({b"Z", b"G", b"W"})
+
+
+def _copy_refusal(rule: str) -> str:
+    return (
+        f"effect-sidecar: rule {rule} matches this COPY, whose rows go through the "
+        "connection (FROM STDIN or TO STDOUT); a record keeps a statement's command tag "
+        "and rows, not a COPY stream, so the statement was not run. Narrow the rule so "
+        "that it leaves this COPY out, or load the rows with INSERT"
+    )
 
 
 @dataclass
@@ -320,6 +333,8 @@ class Statements:
         write is awaited before the statement may run; a statement alone in the
         sidecar's own transaction has it awaited before the record goes, which then
         travels with the statement."""
+        if statement.copies_through_connection():
+            raise Refused("ES422", _copy_refusal(match.rule.name))
         failpoints.reach("sql.before_pending", match.rule.name)
         await wire.ensure_schema()
         values = records.record_values(
@@ -406,7 +421,7 @@ class Statements:
         """The statement's answer: relayed, and its record completed if it succeeded."""
         done = Done(binding, key, match.rule.name, records.command_tag(answers))
         # (List comprehensions, not generators: run inline, with no frame per answer.)
-        relayed = b"".join([a.raw for a in answers if a.kind != b"Z"])
+        relayed = b"".join([a.raw for a in answers if a.kind not in _NOT_RELAYED])
         if b"E" in [a.kind for a in answers]:
             wire.answer(relayed)
             self._failed(done, answers)

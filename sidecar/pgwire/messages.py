@@ -190,6 +190,11 @@ def query(sql: str) -> bytes:
     return message(b"Q", sql.encode() + b"\0")
 
 
+def copy_fail(reason: str) -> bytes:
+    """Ends a COPY FROM STDIN the server started: it fails the statement with ``reason``."""
+    return message(b"f", reason.encode() + b"\0")
+
+
 # Packed once: the sidecar builds a record's request (five of these messages) twice per
 # recorded statement.
 _INT16 = struct.Struct("!h")

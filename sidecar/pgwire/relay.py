@@ -47,6 +47,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from sidecar.errors import ConfigError, StaleGeneration
@@ -62,7 +63,7 @@ from sidecar.pgwire.codec import (
     Startup,
     startup_packet,
 )
-from sidecar.pgwire.session import Link
+from sidecar.pgwire.session import Idleness, Link
 from sidecar.pgwire.tls import ALPN, LeafContext, RelayCertificates, host_name
 from sidecar.recording.bindings import BindRequest
 
@@ -189,9 +190,15 @@ type SessionFactory = Callable[[Link, BindRequest, dict[str, str]], Awaitable[No
 
 
 # What a finished start-up hands to the session: the binding, the parameters forwarded,
-# the authenticated server connection and its message reader.
+# the authenticated server connection and its message reader, and the server it is to
+# (a redirected agent's own, or None: the upstream).
 type Started = tuple[
-    BindRequest, dict[str, str], asyncio.StreamReader, asyncio.StreamWriter, BackendReader
+    BindRequest,
+    dict[str, str],
+    asyncio.StreamReader,
+    asyncio.StreamWriter,
+    BackendReader,
+    tuple[str, int] | None,
 ]
 
 # An open connection: the agent's side, the server's side, the server's messages.
@@ -200,6 +207,23 @@ type _Open = tuple[asyncio.StreamWriter, asyncio.StreamWriter, BackendReader]
 # As PostgreSQL's authentication_timeout: a connection that has not finished its start-up
 # and authentication by then is closed, so half-started connections cannot pile up.
 AUTHENTICATION_TIMEOUT_S = 60.0
+#: How long a stopping relay lets the connections still open end on their own (a
+#: statement running may finish, an agent may disconnect) before it closes them.
+STOP_GRACE_S = 5.0
+#: How often a stopping relay looks for connections that became idle, to close them.
+STOP_POLL_S = 0.05
+#: How long a stopping relay tries to ask the server to cancel a statement it cuts.
+CANCEL_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Live:
+    """A started connection, as a stopping relay sees it: whether its session is idle,
+    and how to cancel what it runs (its key data, the server it is to)."""
+
+    idle: Idleness
+    backend: BackendReader
+    target: tuple[str, int] | None
 
 
 class Relay:
@@ -221,6 +245,9 @@ class Relay:
         self._server: asyncio.Server | None = None
         # attempt id -> its open connections: agent side, server side, server messages
         self._by_attempt: dict[str, set[_Open]] = {}
+        # Every connection's handler, from its start-up on (what stop() waits for), and
+        # once it started, whether its session is idle.
+        self._handlers: dict[asyncio.Task[Any], _Live | None] = {}
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         try:
@@ -230,15 +257,56 @@ class Relay:
         bound = self._server.sockets[0].getsockname()
         return str(bound[0]), int(bound[1])
 
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop listening; give the connections still open up to ``grace_s`` to end, then
+        close them.  The server rolls back a transaction left open on a closed connection,
+        a statement's record with it, as when the sidecar is killed: nothing is done
+        unrecorded, and the next attempt runs it again.  (Waiting for every agent to
+        disconnect, as ``Server.wait_closed`` alone does, kept a sidecar with an agent's
+        idle connection, or its COPY, open from ever stopping.)"""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while self._handlers and (left_s := deadline - loop.time()) > 0:
+            for handler, live in list(self._handlers.items()):
+                if live is not None and live.idle():
+                    handler.cancel()  # nothing to cut: closed at once
+            await asyncio.wait(set(self._handlers), timeout=min(left_s, STOP_POLL_S))
+        if busy := dict(self._handlers):
+            log.info("closing %d PostgreSQL connection(s) still busy", len(busy))
+            # A closed connection is noticed by the server only when the statement next
+            # reads or writes it: cancelled, it rolls back now and frees its locks for
+            # the attempt that runs it again.
+            await asyncio.gather(*(self._cancel_running(live) for live in busy.values() if live))
+            for handler in busy:
+                handler.cancel()
+            await asyncio.wait(busy, timeout=grace_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), grace_s)
+
+    async def _cancel_running(self, live: _Live) -> None:
+        """Ask the server to cancel what the connection runs (best effort, bounded)."""
+        key = live.backend.key_data
+        if not key:
+            return
+        try:
+            async with asyncio.timeout(CANCEL_TIMEOUT_S):
+                _, up_writer = await self._connect(live.target)  # over TLS if it is
+                up_writer.write(struct.pack("!ii", 8 + len(key), CANCEL_REQUEST) + key)
+                await up_writer.drain()
+                up_writer.close()
+        except (OSError, TimeoutError) as error:
+            log.warning("could not ask the server to cancel a statement cut: %s", error)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None  # asyncio runs a client_connected_cb in a task
+        self._handlers[handler] = None
         try:
-            await self._serve(reader, writer)
+            await self._serve(reader, writer, handler)
         except ProtocolError as error:
             log.warning("postgres connection closed: protocol violation: %s", error)
             with contextlib.suppress(Exception):
@@ -260,20 +328,27 @@ class Relay:
                 writer.write(messages.error_response("XX000", text, severity="FATAL"))
                 await writer.drain()
         finally:
+            self._handlers.pop(handler, None)
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handler: asyncio.Task[Any],
+    ) -> None:
         frontend = FrontendReader()
         started = await self._started(reader, writer, frontend)
         if started is None:
             return
-        bind, parameters, up_reader, up_writer, backend = started
+        bind, parameters, up_reader, up_writer, backend, target = started
         pair = (writer, up_writer, backend)
         if bind.attempt_id is not None:
             self._by_attempt.setdefault(bind.attempt_id, set()).add(pair)
         try:
             link = Link(reader, writer, up_reader, up_writer, frontend, backend)
+            self._handlers[handler] = _Live(link.idle, backend, target)
             await self.session(link, bind, parameters)
         finally:
             # Whatever happened, the server connection goes: an open transaction on it
@@ -365,7 +440,7 @@ class Relay:
                 with contextlib.suppress(Exception):
                     leg.server[1].close()
         frontend.authenticated()
-        return bind, parameters, up_reader, up_writer, backend
+        return bind, parameters, up_reader, up_writer, backend, target
 
     async def _negotiate(
         self,
@@ -553,6 +628,8 @@ class Relay:
                         out += m_raw
                         continue
                 out += m.raw
+                if m.kind == b"K":
+                    backend.key_data = m.raw[5:]  # relayed as is: the agent's cancels work
                 if m.kind == b"E":
                     writer.write(bytes(out))
                     await writer.drain()

@@ -42,6 +42,22 @@ READ_SIZE = 1 << 16
 SKIPPED = b"!"
 
 
+def _not_known() -> bool:
+    return False
+
+
+@dataclass(slots=True)
+class Idleness:
+    """Whether a connection can be closed without cutting anything the agent sent: no
+    statement running or owed an answer, no transaction open.  Told by the session that
+    frames the connection; one whose bytes are only copied is never known to be idle."""
+
+    check: Callable[[], bool] = _not_known
+
+    def __call__(self) -> bool:
+        return self.check()
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     """An agent connection once start-up is done: both sides' streams, and the readers
@@ -53,6 +69,7 @@ class Link:
     server_writer: asyncio.StreamWriter
     frontend: FrontendReader
     backend: BackendReader
+    idle: Idleness = field(default_factory=Idleness)
 
 
 @dataclass
@@ -192,6 +209,7 @@ async def run_session(link: Link, engine: Engine | None) -> None:
     client_side: _ClientSide | None = None
     try:
         client_side = await _ClientSide.attach(link, conversation, engine)
+        link.idle.check = client_side.idle
         # Either side's end is the session's: the agent leaving, the server going away.
         ends = {client_side.ended, server_side.ended}
         await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
@@ -427,6 +445,10 @@ def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since
             status = ready_status(chunk, at) or "I"
         pending = tracker.answered(kind, status)
         if pending is not None and pending.ours:
+            if kind in _COPY_IN:
+                # The sidecar's own requests never stream rows: end the COPY at once,
+                # failing its statement, rather than leave the server waiting for them.
+                conversation.server.write(_COPY_FAIL)
             mine.append(Message(kind, None, chunk[at:end]))
             if not tracker.ours_owed:
                 ours.extend(mine, True)
@@ -443,6 +465,13 @@ def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since
     if mine:
         ours.extend(mine, False)
     return bytes(relay)
+
+
+# CopyInResponse and CopyBothResponse: the server waits for the client's rows.
+_COPY_IN = (b"G", b"W")
+_COPY_FAIL = messages.copy_fail(
+    "effect-sidecar: a recorded statement cannot stream rows through the connection"
+)
 
 
 def _ready(conversation: Conversation, since: _Since) -> None:
@@ -503,6 +532,11 @@ class _ClientSide(_Side):
 
     def _may_read(self) -> bool:
         return not self._busy
+
+    def idle(self) -> bool:
+        """No statement running (the engine's or one sent on) and no transaction open."""
+        tracker = self._conversation.tracker
+        return not self._busy and tracker.idle and tracker.status == "I"
 
     def data_received(self, data: bytes) -> None:
         if self._busy and not self.ended.done():

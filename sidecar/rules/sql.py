@@ -40,6 +40,10 @@ NO_TRANSACTION = re.compile(
     re.IGNORECASE,
 )
 
+# A COPY whose rows go through the connection, as the COPY sub-protocol's messages after
+# the statement, not through a file or a program on the server.
+_THROUGH_CONNECTION = re.compile(r"\b(from\s+stdin|to\s+stdout)\b", re.IGNORECASE)
+
 _COMMENT_KEY = re.compile(r"/\*\s*sidecar:key=([^*]+?)\s*\*/")
 _LEADING_COMMENTS = re.compile(r"\A(\s+|--[^\n]*\n?|/\*.*?\*/)*", re.DOTALL)
 _COMMENTS = re.compile(r"/\*.*?\*/|--[^\n]*", re.DOTALL)
@@ -126,6 +130,13 @@ class Statement:
             " ".join(words.split()).rstrip(";").strip(),
             found.group(1).strip() if found else None,
         )
+
+    def copies_through_connection(self) -> bool:
+        """A ``COPY ... FROM STDIN`` or ``COPY ... TO STDOUT``: its rows travel as COPY
+        messages after it, which a record (a command tag and rows) does not hold.  (A
+        file name that reads "from stdin" counts too: a false alarm refuses a statement,
+        it never lets one run unrecorded.)"""
+        return self.kind == "COPY" and _THROUGH_CONNECTION.search(self.normalised) is not None
 
     def digest(self) -> str:
         """sha256 of the normalised text: the default name of the statement's effect."""

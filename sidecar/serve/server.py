@@ -276,17 +276,19 @@ async def start(settings: Settings) -> Running:
         await runner.setup()
         stops.append(runner.cleanup)
         control_url = await _listen(runner, settings.control_listen)
+        if settings.task:
+            stops.append(await _hold_lease(settings, store, readiness, settlers, guard))
         pg_url = ""
         if settings.pg_upstream:
             # Only with a relay: it and its SQL parser cost start-up time and memory.
+            # Started after the lease, so stopped before it is released: the statements
+            # running then end (or are rolled back) while the attempt still holds it.
             from sidecar.pgwire import serving  # noqa: PLC0415
 
             pg_url = await serving.start_relay(
                 settings, rules, bindings, store, metrics, authority, info, stops, settlers
             )
             readiness.met("pg_relay")
-        if settings.task:
-            stops.append(await _hold_lease(settings, store, readiness, settlers, guard))
         gate.open()
         readiness.met("proxy")
     except BaseException:

@@ -23,6 +23,7 @@ from sidecar.domain.model import EffectState
 from sidecar.pgwire import serving
 from sidecar.pgwire.exactly_once import PgEffects
 from sidecar.pgwire.mirror import Mirrors
+from sidecar.pgwire.relay import Relay as RelayServer
 from sidecar.recording.bindings import Bindings
 from sidecar.rules import RuleSet, load_rules
 from sidecar.rules.sql import Statement
@@ -67,6 +68,7 @@ class Relay:
     database: ScratchDatabase
     store: Store
     mirrors: Mirrors
+    server: RelayServer  # the relay itself, to stop
 
     async def connect(self, attempt_id: str | None, task: str = "312") -> psycopg.AsyncConnection:
         options = (
@@ -122,7 +124,7 @@ async def relay_on(
     )
     running = serving.pg_relay(settings, rules, bindings, store, Metrics(), mirrors)
     _, port = await running.start("127.0.0.1", 0)
-    yield Relay(port, database, store, mirrors)
+    yield Relay(port, database, store, mirrors, running)
     await running.stop()
     await mirrors.settle()
     await store.close()

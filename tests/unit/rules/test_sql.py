@@ -55,6 +55,34 @@ def test_a_sidecar_key_comment_names_the_effect() -> None:
     assert Statement.of("INSERT INTO t VALUES (1)").comment_key is None
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY things FROM STDIN",
+        "copy things (id, name) from stdin with (format csv)",
+        "COPY things FROM /* the agent's rows */ STDIN",
+        "COPY things TO STDOUT",
+        "COPY (DELETE FROM things RETURNING *) TO stdout WITH CSV HEADER",
+        "/* sidecar:key=load */ COPY things FROM STDIN",
+    ],
+)
+def test_a_copy_through_the_connection_is_told_from_its_text(sql: str) -> None:
+    assert Statement.of(sql).copies_through_connection()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY things FROM '/srv/things.csv'",
+        "COPY things TO PROGRAM 'gzip > /srv/things.gz'",
+        "SELECT 'copy things from stdin'",
+        "INSERT INTO notes VALUES ('to stdout')",
+    ],
+)
+def test_a_copy_on_the_server_or_another_statement_is_not(sql: str) -> None:
+    assert not Statement.of(sql).copies_through_connection()
+
+
 def test_split_keeps_each_statements_leading_comments() -> None:
     script = "-- 1\nCREATE TABLE a (i int);\n/* sidecar:key=k */ INSERT INTO a VALUES (';');"
     assert split(script) == [
