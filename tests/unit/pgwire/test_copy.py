@@ -10,16 +10,15 @@ each exchange under a timeout, so a hang fails the test instead of stalling the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from sidecar.rules import RuleSet, load_rules
+from sidecar.rules import RuleSet
 from sidecar.rules.sql import Statement
+from tests.support.pg_relay import new_attempt, records, rules_of
 from tests.support.postgres import ScratchDatabase
-from tests.unit.pgwire.test_exactly_once import Relay, new_attempt, records, relay_on
 
 RULES = """
 rules:
@@ -32,23 +31,12 @@ ROWS = [(1, "bolt"), (2, "nut"), (3, "gear")]
 
 @pytest.fixture
 def rules(tmp_path: Path) -> RuleSet:
-    path = tmp_path / "rules.yaml"
-    path.write_text(RULES)
-    return load_rules([path])
+    return rules_of(tmp_path, RULES)
 
 
-@pytest.fixture
-def database(postgres_server: str) -> Iterator[ScratchDatabase]:
-    scratch = ScratchDatabase.create(postgres_server, prefix="es_copy")
-    scratch.rows("CREATE TABLE parts (id int, name text)")
-    yield scratch
-    scratch.drop()
-
-
-@pytest.fixture
-async def relay(tmp_path, rules, database) -> AsyncIterator[Relay]:
-    async with relay_on(tmp_path, rules, database) as running:
-        yield running
+@pytest.fixture(autouse=True)
+def parts(database: ScratchDatabase) -> None:
+    database.rows("CREATE TABLE parts (id int, name text)")
 
 
 async def copy_in(connection: psycopg.AsyncConnection) -> None:

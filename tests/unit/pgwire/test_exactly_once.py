@@ -2,154 +2,23 @@
 once per task - its record is written in the agent's database in the same transaction as
 the statement, and a later attempt that sends it again is answered from that record.
 
-In-process: the relay as ``sidecar serve`` assembles it (``serving.pg_relay``), a SQLite
-store in ``tmp_path``, a scratch database on the real PostgreSQL, and psycopg as the agent.
+In-process (``tests/support/pg_relay.py``): the relay as ``sidecar serve`` assembles it, a
+SQLite store in ``tmp_path``, a scratch database on the real PostgreSQL, psycopg as the agent.
 Assertions are on the database (rows that exist, statements that ran) and the effect log."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
-from sidecar.config import Settings
 from sidecar.domain.model import EffectState
-from sidecar.pgwire import serving
 from sidecar.pgwire.exactly_once import PgEffects
-from sidecar.pgwire.mirror import Mirrors
-from sidecar.pgwire.relay import Relay as RelayServer
-from sidecar.recording.bindings import Bindings
-from sidecar.rules import RuleSet, load_rules
+from sidecar.rules import load_rules
 from sidecar.rules.sql import Statement
-from sidecar.runtime.clock import SystemClock
 from sidecar.runtime.metrics import Metrics
-from sidecar.store import Store, create_store
-from tests.support.postgres import ScratchDatabase
-
-RULES = r"""
-rules:
-  - name: pg.keyed
-    match: {sql: {comment: true}}
-    effect: non_idempotent
-  - name: pg.ddl
-    match: {sql: {kind: [CREATE, ALTER, DROP]}}
-    effect: non_idempotent
-  - name: pg.ledger
-    match: {sql: {kind: [INSERT], regex: "\\bledger\\b"}}
-    effect: non_idempotent
-"""
-
-
-@pytest.fixture
-def rules(tmp_path: Path) -> RuleSet:
-    path = tmp_path / "rules.yaml"
-    path.write_text(RULES)
-    return load_rules([path])
-
-
-@pytest.fixture
-def database(postgres_server: str) -> Iterator[ScratchDatabase]:
-    scratch = ScratchDatabase.create(postgres_server, prefix="es_once")
-    yield scratch
-    scratch.drop()
-
-
-@dataclass
-class Relay:
-    """The relay in front of the scratch database, and the store its effect log is in."""
-
-    port: int
-    database: ScratchDatabase
-    store: Store
-    mirrors: Mirrors
-    server: RelayServer  # the relay itself, to stop
-
-    async def connect(self, attempt_id: str | None, task: str = "312") -> psycopg.AsyncConnection:
-        options = (
-            "" if attempt_id is None else f"-c sidecar.task={task} -c sidecar.attempt={attempt_id}"
-        )
-        return await psycopg.AsyncConnection.connect(
-            f"postgresql://postgres@127.0.0.1:{self.port}/{self.database.name}",
-            options=options,
-            autocommit=True,
-        )
-
-    async def run(self, attempt_id: str | None, *statements: str) -> list[str]:
-        """Each statement on one connection of the attempt; their command tags."""
-        async with await self.connect(attempt_id) as connection:
-            tags = []
-            for sql in statements:
-                cursor = await connection.execute(sql)
-                tags.append(cursor.statusmessage)
-            return tags
-
-    async def effects(self) -> dict[str, EffectState]:
-        await self.mirrors.settle()
-        return {e.key: e.state for e in await self.store.effects("312")}
-
-    async def events(self, key: str) -> list[tuple[str, str]]:
-        await self.mirrors.settle()
-        return [
-            (e.event, e.attempt_id) for e in await self.store.effect_events("312") if e.key == key
-        ]
-
-
-@pytest.fixture
-async def relay(tmp_path, rules, database) -> AsyncIterator[Relay]:
-    async with relay_on(tmp_path, rules, database) as running:
-        yield running
-
-
-@asynccontextmanager
-async def relay_on(
-    tmp_path: Path, rules: RuleSet, database: ScratchDatabase
-) -> AsyncIterator[Relay]:
-    """A relay, with its own effect log in ``tmp_path``, in front of ``database``."""
-    store = create_store(f"sqlite:///{tmp_path}/effects.db")
-    await store.open()
-    bindings = Bindings(store, SystemClock())
-    store.observer = bindings
-    mirrors = Mirrors()
-    server = urlsplit(database.url)
-    settings = Settings(
-        data_dir=tmp_path,
-        pg_upstream=f"postgresql://{server.hostname}:{server.port or 5432}",
-        store_retry_s=0.1,
-    )
-    running = serving.pg_relay(settings, rules, bindings, store, Metrics(), mirrors)
-    _, port = await running.start("127.0.0.1", 0)
-    yield Relay(port, database, store, mirrors, running)
-    await running.stop()
-    await mirrors.settle()
-    await store.close()
-
-
-async def new_attempt(store: Store, worker: str = "worker-a") -> str:
-    """Claim task 312 for ``worker``, the previous holder's lease given up."""
-    view = await store.task_view("312")
-    if view is not None and view.state.lease is not None and view.state.lease.released_at is None:
-        lease = view.state.lease
-        await store.release("312", lease.attempt_id, lease.generation)
-    return (await store.claim("312", worker, 60)).attempt_id
-
-
-def records(database: ScratchDatabase) -> list[tuple[str, str, str]]:
-    """The records in the agent's database (none while the sidecar's table is not there)."""
-    if database.value("SELECT to_regclass('effect_sidecar.effects') IS NULL"):
-        return []
-    return [
-        (row[0], row[1], row[2])
-        for row in database.rows(
-            "SELECT key, attempt_id, command_tag FROM effect_sidecar.effects ORDER BY recorded_at"
-        )
-    ]
-
+from tests.support.pg_relay import new_attempt, records, relay_on
 
 # ---- a statement runs once per task --------------------------------------------------
 

@@ -9,35 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from sidecar.rules import RuleSet, load_rules
+from sidecar.rules import load_rules
+from tests.support.pg_relay import Relay, new_attempt, records, relay_on
 from tests.support.postgres import ScratchDatabase
-from tests.unit.pgwire.test_exactly_once import RULES, Relay, new_attempt, records, relay_on
-
-
-@pytest.fixture
-def rules(tmp_path: Path) -> RuleSet:
-    path = tmp_path / "rules.yaml"
-    path.write_text(RULES)
-    return load_rules([path])
-
-
-@pytest.fixture
-def database(postgres_server: str) -> Iterator[ScratchDatabase]:
-    scratch = ScratchDatabase.create(postgres_server, prefix="es_stop")
-    yield scratch
-    scratch.drop()
-
-
-@pytest.fixture
-async def relay(tmp_path, rules, database) -> AsyncIterator[Relay]:
-    async with relay_on(tmp_path, rules, database) as running:
-        yield running
 
 
 async def still_running(database: ScratchDatabase, text: str, within_s: float) -> int:
