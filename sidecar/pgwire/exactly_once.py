@@ -69,7 +69,13 @@ UNBOUND = (
 _NOT_RELAYED = frozenset({b"Z", b"G", b"W"})
 
 
-def _copy_refusal(rule: str) -> str:
+def _copy_refusal(rule: str, *, alone: bool = True) -> str:
+    if not alone:
+        return (
+            f"effect-sidecar: this query holds a statement rule {rule} records and a COPY "
+            "whose rows go through the connection (FROM STDIN or TO STDOUT), which cannot "
+            "go with it; nothing of the query was run. Send the COPY in a query of its own"
+        )
     return (
         f"effect-sidecar: rule {rule} matches this COPY, whose rows go through the "
         "connection (FROM STDIN or TO STDOUT); a record keeps a statement's command tag "
@@ -219,6 +225,10 @@ class Statements:
         )
         run = _Query()
         try:
+            if len(classified) > 1 and any(s.copies_through_connection() for s in statements):
+                # Its rows would come in the middle of the sidecar's requests for the rest.
+                rule = next(match.rule.name for _, match in classified if match is not None)
+                raise Refused("ES422", _copy_refusal(rule, alone=False))
             binding = await self._binding()
             if wrap_all:
                 self._begin(run)

@@ -25,6 +25,9 @@ rules:
   - name: load.copy
     match: {sql: {kind: [COPY]}}
     effect: non_idempotent
+  - name: pg.ddl
+    match: {sql: {kind: [CREATE]}}
+    effect: non_idempotent
 """
 ROWS = [(1, "bolt"), (2, "nut"), (3, "gear")]
 
@@ -67,6 +70,19 @@ async def test_a_recorded_copy_to_stdout_is_refused_too(relay):
             async with connection.cursor().copy("COPY parts TO STDOUT") as copy:
                 assert [row async for row in copy] == []
         assert refused.value.sqlstate == "ES422"
+    assert records(relay.database) == []
+
+
+async def test_a_copy_in_one_query_with_a_recorded_statement_is_refused_whole(relay):
+    """psql -c "CREATE TABLE ...; COPY ... FROM STDIN" sends both in one Query: the rows
+    would come in the middle of the sidecar's own requests, so none of it runs."""
+    attempt = await new_attempt(relay.store)
+    async with asyncio.timeout(20), await relay.connect(attempt) as connection:
+        with pytest.raises(psycopg.Error, match="Send the COPY in a query of its own") as refused:
+            await connection.execute("CREATE TABLE bins (id int); COPY parts FROM STDIN")
+        assert refused.value.sqlstate == "ES422"
+        assert await (await connection.execute("SELECT 1")).fetchone() == (1,)
+    assert relay.database.value("SELECT to_regclass('bins') IS NULL")
     assert records(relay.database) == []
 
 
