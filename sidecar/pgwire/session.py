@@ -444,7 +444,11 @@ def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since
         elif kind == b"Z":
             status = ready_status(chunk, at) or "I"
         pending = tracker.answered(kind, status)
-        if pending is not None and pending.ours:
+        if pending is not None and pending.ours and kind == b"A":
+            # A NOTIFY for the agent's LISTEN, come while a request of the sidecar's own
+            # was out (at its COMMIT, say): the agent's, whenever it comes.
+            relay += chunk[at:end]
+        elif pending is not None and pending.ours:
             if kind in _COPY_IN:
                 # The sidecar's own requests never stream rows: end the COPY at once,
                 # failing its statement, rather than leave the server waiting for them.

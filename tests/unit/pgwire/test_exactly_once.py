@@ -250,6 +250,23 @@ async def test_a_statement_that_cannot_run_in_a_transaction_still_runs_once(rela
     assert state is EffectState.COMPLETED
 
 
+async def test_a_notification_that_comes_while_a_recorded_statement_runs_reaches_the_agent(
+    relay,
+):
+    """PostgreSQL sends a LISTENing session its notifications when a transaction ends:
+    here at the sidecar's COMMIT of the statement's transaction, among the answers to a
+    request of the sidecar's own.  They are the agent's all the same."""
+    async with await relay.connect(await new_attempt(relay.store)) as agent:
+        await agent.execute("LISTEN jobs")
+        running = asyncio.ensure_future(agent.execute("/* sidecar:key=nap */ SELECT pg_sleep(0.5)"))
+        await asyncio.sleep(0.2)
+        relay.database.rows("NOTIFY jobs, 'job 7 is ready'")
+        await running
+        async with asyncio.timeout(5):
+            got = await anext(aiter(agent.notifies()))
+    assert (got.channel, got.payload) == ("jobs", "job 7 is ready")
+
+
 # ---- who may act ---------------------------------------------------------------------
 
 
