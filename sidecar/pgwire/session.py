@@ -444,9 +444,9 @@ def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since
         elif kind == b"Z":
             status = ready_status(chunk, at) or "I"
         pending = tracker.answered(kind, status)
-        if pending is not None and pending.ours and kind == b"A":
-            # A NOTIFY for the agent's LISTEN, come while a request of the sidecar's own
-            # was out (at its COMMIT, say): the agent's, whenever it comes.
+        if pending is not None and pending.ours and kind in _THE_AGENTS_ALWAYS:
+            # Come while a request of the sidecar's own was out (at its COMMIT, say), but
+            # about the agent's session: the agent's, whenever it comes.
             relay += chunk[at:end]
         elif pending is not None and pending.ours:
             if kind in _COPY_IN:
@@ -471,6 +471,9 @@ def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since
     return bytes(relay)
 
 
+# NotificationResponse (a NOTIFY for the agent's LISTEN) and ParameterStatus (a setting
+# the agent's client keeps track of, e.g. one a rolled-back SET LOCAL changes back).
+_THE_AGENTS_ALWAYS = (b"A", b"S")
 # CopyInResponse and CopyBothResponse: the server waits for the client's rows.
 _COPY_IN = (b"G", b"W")
 _COPY_FAIL = messages.copy_fail(

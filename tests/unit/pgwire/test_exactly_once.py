@@ -267,6 +267,19 @@ async def test_a_notification_that_comes_while_a_recorded_statement_runs_reaches
     assert (got.channel, got.payload) == ("jobs", "job 7 is ready")
 
 
+async def test_a_setting_the_sidecars_commit_changes_back_is_told_to_the_agents_client(relay):
+    """A SET LOCAL in a query the sidecar wraps in its transaction ends with that
+    transaction: the server reports the setting back at the sidecar's COMMIT, and the
+    agent's client, which keeps track of it, must hear it (its TimeZone stayed Tokyo)."""
+    async with await relay.connect(await new_attempt(relay.store)) as agent:
+        before = agent.info.parameter_status("TimeZone")
+        await agent.execute(
+            "SET LOCAL TimeZone = 'Asia/Tokyo'; /* sidecar:key=tz */ CREATE TABLE tz (x int)"
+        )
+        assert agent.info.parameter_status("TimeZone") == before
+        assert await (await agent.execute("SHOW TimeZone")).fetchone() == (before,)
+
+
 # ---- who may act ---------------------------------------------------------------------
 
 
