@@ -444,11 +444,9 @@ def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since
         elif kind == b"Z":
             status = ready_status(chunk, at) or "I"
         pending = tracker.answered(kind, status)
-        if pending is not None and pending.ours and kind in _THE_AGENTS_ALWAYS:
-            # Come while a request of the sidecar's own was out (at its COMMIT, say), but
-            # about the agent's session: the agent's, whenever it comes.
-            relay += chunk[at:end]
-        elif pending is not None and pending.ours:
+        # (A notification or a setting come while a request of the sidecar's own was out,
+        # at its COMMIT say, is about the agent's session: the agent's, whenever it comes.)
+        if pending is not None and pending.ours and kind not in _THE_AGENTS_ALWAYS:
             if kind in _COPY_IN:
                 # The sidecar's own requests never stream rows: end the COPY at once,
                 # failing its statement, rather than leave the server waiting for them.
