@@ -66,6 +66,7 @@ from sidecar.pgwire.codec import (
 from sidecar.pgwire.session import Idleness, Link
 from sidecar.pgwire.tls import ALPN, LeafContext, RelayCertificates, host_name
 from sidecar.recording.bindings import BindRequest
+from sidecar.runtime.aio import spawn
 
 log = logging.getLogger("sidecar.pgwire")
 
@@ -201,9 +202,6 @@ type Started = tuple[
     tuple[str, int] | None,
 ]
 
-# An open connection: the agent's side, the server's side, the server's messages.
-type _Open = tuple[asyncio.StreamWriter, asyncio.StreamWriter, BackendReader]
-
 # As PostgreSQL's authentication_timeout: a connection that has not finished its start-up
 # and authentication by then is closed, so half-started connections cannot pile up.
 AUTHENTICATION_TIMEOUT_S = 60.0
@@ -218,12 +216,16 @@ CANCEL_TIMEOUT_S = 2.0
 
 @dataclass(frozen=True, slots=True)
 class _Live:
-    """A started connection, as a stopping relay sees it: whether its session is idle,
-    and how to cancel what it runs (its key data, the server it is to)."""
+    """A started connection: the attempt it acts for, both sides' streams, whether its
+    session is idle, and how to cancel what it runs (the server's key data for it, and
+    the server it is to) - what fencing and stopping close it by."""
 
-    idle: Idleness
+    attempt_id: str | None
+    client: asyncio.StreamWriter
+    server: asyncio.StreamWriter
     backend: BackendReader
     target: tuple[str, int] | None
+    idle: Idleness
 
 
 class Relay:
@@ -243,10 +245,8 @@ class Relay:
         # Built once (loading the roots costs): a bad --pg-upstream-ca stops start-up.
         self._client_context = upstream.client_context()
         self._server: asyncio.Server | None = None
-        # attempt id -> its open connections: agent side, server side, server messages
-        self._by_attempt: dict[str, set[_Open]] = {}
         # Every connection's handler, from its start-up on (what stop() waits for), and
-        # once it started, whether its session is idle.
+        # the connection once started (what fencing and stopping close).
         self._handlers: dict[asyncio.Task[Any], _Live | None] = {}
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -272,7 +272,7 @@ class Relay:
         deadline = loop.time() + grace_s
         while self._handlers and (left_s := deadline - loop.time()) > 0:
             for handler, live in list(self._handlers.items()):
-                if live is not None and live.idle():
+                if live is not None and not handler.cancelling() and live.idle():
                     handler.cancel()  # nothing to cut: closed at once
             await asyncio.wait(set(self._handlers), timeout=min(left_s, STOP_POLL_S))
         if busy := dict(self._handlers):
@@ -343,29 +343,25 @@ class Relay:
         if started is None:
             return
         bind, parameters, up_reader, up_writer, backend, target = started
-        pair = (writer, up_writer, backend)
-        if bind.attempt_id is not None:
-            self._by_attempt.setdefault(bind.attempt_id, set()).add(pair)
         try:
             link = Link(reader, writer, up_reader, up_writer, frontend, backend)
-            self._handlers[handler] = _Live(link.idle, backend, target)
+            self._handlers[handler] = _Live(
+                bind.attempt_id, writer, up_writer, backend, target, link.idle
+            )
             await self.session(link, bind, parameters)
         finally:
             # Whatever happened, the server connection goes: an open transaction on it
             # rolls back (a session that failed half-way leaves nothing done unrecorded).
             with contextlib.suppress(Exception):
                 up_writer.close()
-            if bind.attempt_id is not None:
-                left = self._by_attempt.get(bind.attempt_id, set())
-                left.discard(pair)
-                if not left:
-                    self._by_attempt.pop(bind.attempt_id, None)
 
     def close_attempt(self, stale: StaleGeneration) -> None:
         """Close the connections of an attempt that lost its lease while they are inside
         a transaction.  Fencing refuses its next statement anyway; closing also rolls back
         the transaction it left open (a worker frozen mid-transaction), whose row locks
-        would otherwise stop the attempt that took over - on the very rows it must write.
+        would otherwise stop the attempt that took over - on the very rows it must write;
+        a statement running there is cancelled on the server, which would otherwise
+        notice the closed connection only when the statement next reads or writes it.
         An idle connection stays: reads are not effects, and its next write is refused
         (and audited) like any stale write."""
         text = (
@@ -373,19 +369,22 @@ class Relay:
             f"task {stale.task} no longer holds the lease ({stale.reason}): its connection "
             "is closed and its open transaction rolled back"
         )
-        for client, server, backend in list(self._by_attempt.get(stale.attempt_id, ())):
-            if backend.transaction_status not in ("T", "E"):
+        for live in list(self._handlers.values()):
+            if live is None or live.attempt_id != stale.attempt_id:
+                continue
+            if live.backend.transaction_status not in ("T", "E"):
                 continue
             log.warning(
                 "closing a PostgreSQL connection of attempt %s in a transaction: %s",
                 stale.attempt_id, stale.reason,
                 extra={"task": stale.task, "attempt_id": stale.attempt_id},
             )  # fmt: skip
+            spawn(self._cancel_running(live), name="pg-cancel-stale")
             with contextlib.suppress(Exception):
-                server.close()  # the server rolls the open transaction back
+                live.server.close()  # the server rolls the open transaction back
             with contextlib.suppress(Exception):
-                client.write(messages.error_response("ES409", text, severity="FATAL"))
-                client.close()
+                live.client.write(messages.error_response("ES409", text, severity="FATAL"))
+                live.client.close()
 
     async def _started(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frontend: FrontendReader

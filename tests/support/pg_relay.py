@@ -5,6 +5,7 @@ psycopg as the agent."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -130,3 +131,16 @@ def records(database: ScratchDatabase) -> list[tuple[str, str, str]]:
             "SELECT key, attempt_id, command_tag FROM effect_sidecar.effects ORDER BY recorded_at"
         )
     ]
+
+
+async def still_running(database: ScratchDatabase, text: str, within_s: float) -> int:
+    """How many server processes run ``text`` once they stopped, or ``within_s`` passed."""
+    sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND state = 'active' AND position(%s in query) > 0 AND pid <> pg_backend_pid()"
+    )
+    for _ in range(int(within_s * 10)):
+        if not database.value(sql, text):
+            return 0
+        await asyncio.sleep(0.1)
+    return int(database.value(sql, text))

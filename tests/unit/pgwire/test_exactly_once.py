@@ -18,7 +18,7 @@ from sidecar.pgwire.exactly_once import PgEffects
 from sidecar.rules import load_rules
 from sidecar.rules.sql import Statement
 from sidecar.runtime.metrics import Metrics
-from tests.support.pg_relay import new_attempt, records, relay_on
+from tests.support.pg_relay import new_attempt, records, relay_on, still_running
 
 # ---- a statement runs once per task --------------------------------------------------
 
@@ -292,6 +292,24 @@ async def test_a_stale_attempts_statement_is_refused_and_never_runs(relay):
         assert refused.value.sqlstate == "ES409"
     assert relay.database.value("SELECT to_regclass('late') IS NULL")
     assert records(relay.database) == []
+
+
+async def test_a_statement_running_when_its_attempt_is_fenced_is_cancelled_on_the_server(relay):
+    """Its connection is closed at the takeover; the server, which notices that only when
+    the statement next reads or writes it, is asked to cancel it, so its locks go now."""
+    relay.database.rows("CREATE TABLE ledger (entry text)")
+    async with await relay.connect(await new_attempt(relay.store)) as stale:
+        running = asyncio.ensure_future(
+            stale.execute(
+                "/* sidecar:key=slow */ INSERT INTO ledger SELECT 'late' FROM pg_sleep(30)"
+            )
+        )
+        await asyncio.sleep(0.3)
+        await new_attempt(relay.store, "worker-b")
+        with pytest.raises(psycopg.Error, match="no longer holds the lease"):
+            await running
+    assert await still_running(relay.database, "pg_sleep(30)", within_s=5) == 0
+    assert relay.database.rows("SELECT entry FROM ledger") == []
 
 
 async def test_a_connection_bound_to_no_task_may_read_but_not_record(relay):

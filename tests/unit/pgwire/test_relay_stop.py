@@ -14,21 +14,7 @@ import psycopg
 import pytest
 
 from sidecar.rules import load_rules
-from tests.support.pg_relay import Relay, new_attempt, records, relay_on
-from tests.support.postgres import ScratchDatabase
-
-
-async def still_running(database: ScratchDatabase, text: str, within_s: float) -> int:
-    """How many server processes run ``text`` once they stopped, or ``within_s`` passed."""
-    sql = (
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND state = 'active' AND position(%s in query) > 0 AND pid <> pg_backend_pid()"
-    )
-    for _ in range(int(within_s * 10)):
-        if not database.value(sql, text):
-            return 0
-        await asyncio.sleep(0.1)
-    return int(database.value(sql, text))
+from tests.support.pg_relay import Relay, new_attempt, records, relay_on, still_running
 
 
 async def stopped_within(relay: Relay, grace_s: float) -> float:
