@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.testing.processes import Child
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.acceptance
 
@@ -55,12 +55,6 @@ def claim(url: str, task: str, worker: str) -> None:
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 200
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_exec_exits_4_when_another_live_worker_holds_the_lease(served):

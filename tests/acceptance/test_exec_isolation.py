@@ -23,7 +23,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from sidecar.agent.isolation import netns
 from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
 from tests.acceptance.conftest import REPO
+from tests.support.ports import free_port
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
@@ -153,9 +153,7 @@ print("asyncpg altered", flush=True)
 
 def test_psql_psycopg_and_asyncpg_through_the_relay_when_isolated(tmp_path: Path) -> None:
     need("psql")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        relay = f"127.0.0.1:{probe.getsockname()[1]}"
+    relay = f"127.0.0.1:{free_port()}"
     sidecar = Child.python(
         "sidecar", "serve", "--data-dir", str(tmp_path / "data"), "--control-listen",
         "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0", "--rules",

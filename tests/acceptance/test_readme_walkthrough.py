@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from subprocess import CompletedProcess
 from urllib.parse import urlsplit
 
 import psycopg
@@ -14,6 +18,7 @@ import pytest
 
 from sidecar.cli import main
 from tests.acceptance.conftest import REPO
+from tests.support.ports import free_port, free_ports
 
 pytestmark = pytest.mark.acceptance
 
@@ -34,18 +39,40 @@ def _block(name: str) -> str:
     return found[0]
 
 
+BLOCK_TIMEOUT_S = 90  # under pytest's own 120 s, so that a hang reports what it saw
+
+
+def _run_block(name: str, env: dict[str, str], *, flags: str = "-uo") -> CompletedProcess[str]:
+    """Runs a docs block the way a reader pastes it into bash. A block still running after
+    BLOCK_TIMEOUT_S fails the test with what it printed and the sidecar's log ($DATA), and
+    leaves none of its processes behind (the sidecar it started in the background too)."""
+    child = subprocess.Popen(
+        ["bash", flags, "pipefail", "-c", _block(name)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = child.communicate(timeout=BLOCK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        out, err = child.communicate()
+        log = Path(env["DATA"]) / "sidecar.log"
+        seen = log.read_text()[-4000:] if log.exists() else "(none)"
+        raise AssertionError(
+            f"the {name} block still ran after {BLOCK_TIMEOUT_S} s\n--- stdout\n{out}"
+            f"\n--- stderr\n{err}\n--- {log}\n{seen}"
+        ) from None
+    return CompletedProcess(child.args, child.returncode, out, err)
+
+
 def test_the_readme_walkthrough_shows_lease_held_then_stale_generation(sidecar_process):
     _, url, data = sidecar_process
     env = os.environ | {"API": url, "DATA": str(data)}
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", _block("walkthrough")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _run_block("walkthrough", env, flags="-euo")
     out = done.stdout
     assert done.returncode == 0, done.stderr + out
     assert '"generation":1' in done.stderr
@@ -63,47 +90,13 @@ def test_the_readme_walkthrough_shows_lease_held_then_stale_generation(sidecar_p
     assert re.search(r"checkpoint +att-\w+ +1 +2 +superseded by generation 2", table)
 
 
-def _free_port_run(count: int = 2) -> int:
-    """A port P with P .. P+count-1 all free (the blocks use PORT, PORT+1, ...)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        sockets = [socket.socket() for _ in range(count)]
-        try:
-            for offset, sock in enumerate(sockets):
-                sock.bind(("127.0.0.1", port + offset))
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-        return port
-    raise AssertionError(f"no {count} consecutive free ports")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_the_readme_agent_walkthrough_replays_the_charge_after_a_sigkill(tmp_path):
-    block = _block("agent-walkthrough")
     env = os.environ | {
-        "PORT": str(_free_port_run(2)),
-        "UPSTREAM": f"127.0.0.1:{_free_port()}",
+        "PORT": str(free_ports(2)),
+        "UPSTREAM": f"127.0.0.1:{free_port()}",
         "DATA": str(tmp_path / "demo"),
     }
-    done = subprocess.run(
-        ["bash", "-uo", "pipefail", "-c", block],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = _run_block("agent-walkthrough", env)
     out = done.stdout
     assert done.returncode == 0, done.stderr + out
     assert "201 recorded ch_1" in out
@@ -123,24 +116,23 @@ def test_the_readme_rule_example_is_a_valid_rule_file(tmp_path):
     assert main(["rules", "check", str(path)]) == 0
 
 
-def test_the_readme_postgres_walkthrough_changes_the_schema_once(tmp_path, postgres_server):
+@pytest.fixture
+def shop_312(postgres_server: str) -> Iterator[str]:
+    """The real server the PostgreSQL block runs against (host:port); the block's own
+    database, shop_312, is dropped after it."""
     server = urlsplit(postgres_server)
+    yield f"{server.hostname}:{server.port or 5432}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS shop_312 WITH (FORCE)")
+
+
+def test_the_readme_postgres_walkthrough_changes_the_schema_once(tmp_path, shop_312):
     env = os.environ | {
-        "PORT": str(_free_port_run(3)),
-        "SERVER": f"{server.hostname}:{server.port or 5432}",
+        "PORT": str(free_ports(3)),
+        "SERVER": shop_312,
         "DATA": str(tmp_path / "pg-demo"),
     }
-    done = subprocess.run(
-        ["bash", "-uo", "pipefail", "-c", _block("pg-walkthrough")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    with psycopg.connect(postgres_server, autocommit=True) as admin:
-        admin.execute("DROP DATABASE IF EXISTS shop_312 WITH (FORCE)")  # the block's database
+    done = _run_block("pg-walkthrough", env)
     out = done.stdout
     assert done.returncode == 0, done.stderr + out
     assert out.count("ALTER TABLE\nCREATE INDEX\nINSERT 0 3\n") == 2  # both attempts, exit 0
@@ -151,3 +143,25 @@ def test_the_readme_postgres_walkthrough_changes_the_schema_once(tmp_path, postg
         assert re.search(rf"{key} +completed +att-\w+ +1 ", trail)
         assert re.search(rf"{key} +replayed +att-\w+ +2 ", trail)
     assert len(re.findall(r" replayed +att-", trail)) == 3
+
+
+@pytest.mark.parametrize(("name", "taken"), [("agent-walkthrough", 1), ("pg-walkthrough", 2)])
+def test_a_walkthrough_whose_sidecar_cannot_listen_stops_with_the_reason(
+    tmp_path, shop_312, name, taken
+):
+    # A port of the block's is taken (by a reader's other program, or once in CI by
+    # another test): the block ends at once with the sidecar's own words, not waiting for
+    # a /readyz that never comes.
+    port = free_ports(3)
+    env = os.environ | {
+        "PORT": str(port),
+        "UPSTREAM": f"127.0.0.1:{free_port()}",
+        "SERVER": shop_312,
+        "DATA": str(tmp_path / "demo"),
+    }
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port + taken))
+        squatter.listen()
+        done = _run_block(name, env)
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port + taken}" in done.stdout

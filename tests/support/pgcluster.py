@@ -22,11 +22,12 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.ports import free_port
 
 SUPERUSER = "admin"
 
@@ -62,12 +63,6 @@ def unprivileged_user() -> pwd.struct_passwd | None:
         except KeyError:
             continue
     raise PgUnavailable("running as root and there is no postgres or nobody user")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def self_signed(directory: Path, owner: pwd.struct_passwd | None) -> None:

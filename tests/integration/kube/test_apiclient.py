@@ -6,7 +6,6 @@ a field of them."""
 
 from __future__ import annotations
 
-import socket
 import ssl
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from sidecar.kube.apiclient import Credentials, KubeApiError, KubeClient
 from tests.integration.kube.conftest import ACCOUNT, NAMESPACE, TOKEN, Cluster
 from tests.support import certs
 from tests.support.kubeapi import SECRETS, Grant, Rule
+from tests.support.ports import free_port
 
 SECRET = "effect-sidecar-webhook-selfsigned"
 SECRETS_PATH = f"/api/v1/namespaces/{NAMESPACE}/secrets"
@@ -215,17 +215,11 @@ async def test_rbac_names_what_is_forbidden_as_the_api_server_does(cluster: Clus
         )
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_an_unreachable_or_untrusted_api_is_reported_as_such(
     cluster: Cluster, tmp_path: Path
 ):
     nowhere = Credentials(
-        f"https://127.0.0.1:{closed_port()}", cluster.server.ca_file, cluster.token_file
+        f"https://127.0.0.1:{free_port()}", cluster.server.ca_file, cluster.token_file
     )
     async with KubeClient(nowhere) as api:
         with pytest.raises(KubeApiError) as unreachable:

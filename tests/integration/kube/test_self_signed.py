@@ -38,6 +38,7 @@ from tests.integration.kube.conftest import (
 )
 from tests.support import certs
 from tests.support.kubeapi import SECRETS, WEBHOOKS, grants_from_manifests
+from tests.support.ports import free_port
 from tests.unit.kube.manifests import AGENT_POD, load
 from tests.unit.kube.test_webhook import admission
 
@@ -356,12 +357,6 @@ def test_a_running_webhook_follows_the_secret_and_keeps_the_ca_bundle(
         time.sleep(0.05)
     assert ca_bundle(cluster) == ca_pem
     assert replica.child.terminate() == 0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def refuses_connections(port: int) -> bool:

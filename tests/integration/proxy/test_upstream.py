@@ -4,7 +4,6 @@ first lets the guard fail an effect instead of leaving its outcome unknown."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from yarl import URL
 from sidecar.proxy.routes import Routes
 from sidecar.proxy.upstream import Upstream, UpstreamError
 from tests.support import certs
+from tests.support.ports import free_port
 
 
 @pytest.fixture
@@ -33,14 +33,8 @@ async def send(client: Upstream, url: str) -> UpstreamError:
     return failed.value
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_a_refused_connection_was_not_sent(upstream: Upstream) -> None:
-    error = await send(upstream, f"http://127.0.0.1:{closed_port()}/charges")
+    error = await send(upstream, f"http://127.0.0.1:{free_port()}/charges")
     assert error.sent is False
     assert "not sent" in str(error)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from sidecar.cli.resolve import default_by
 from sidecar.config import control_url
 from sidecar.domain.model import EffectState
 from sidecar.store import create_store
+from tests.support.ports import free_port
 
 KEY = "acme/app#thing:x"
 RULES = """
@@ -134,9 +134,7 @@ def test_effects_task_still_lists_the_log(data, capsys):
 
 def test_an_unreachable_sidecar_exits_5(capsys):
     # SPEC §5: 5 when nothing can be recorded (no store, or no sidecar in front of one)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     code = main(["effects", "resolve", "312", KEY, "--as", "failed", "--note", "n",
                  "--control", f"127.0.0.1:{port}"])  # fmt: skip
     assert code == 5
