@@ -40,7 +40,7 @@ from sidecar.pgwire.codec import Message
 from sidecar.pgwire.mirror import Done, LogMirror, Mirrors
 from sidecar.pgwire.ordinals import Ordinals
 from sidecar.pgwire.records import Refused, Skipped
-from sidecar.pgwire.session import SKIPPED, Conversation, Portal
+from sidecar.pgwire.session import SKIPPED, Conversation, CopyIn, Portal
 from sidecar.recording.bindings import Binding, Bindings, BindRequest
 from sidecar.recording.recorder import Recorder
 from sidecar.rules import EffectKind, RuleSet
@@ -63,24 +63,36 @@ UNBOUND = (
     "no task is bound to this connection: run the agent under `sidecar exec` "
     "(it sets PGOPTIONS=-c sidecar.task=...)"
 )
-# What of a guarded statement's answer the agent is not given: ReadyForQuery (the
-# sidecar sends its own), and a CopyInResponse or CopyBothResponse, which the session
-# answered with CopyFail (a COPY through the connection cannot be recorded).
+# What of a guarded statement's answer the agent is not given here: ReadyForQuery (the
+# sidecar sends its own), a CopyInResponse (the session gave it to the agent when it
+# came, or answered it with CopyFail) and a CopyBothResponse (answered with CopyFail).
 _NOT_RELAYED = frozenset({b"Z", b"G", b"W"})
+_DESCRIPTIONS = frozenset({b"T", b"G"})  # RowDescription, CopyInResponse
+QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a COPY the client failed
+# What a replayed COPY FROM STDIN asks the agent for when its record kept no
+# CopyInResponse: rows in text format.
+_TEXT_ROWS = messages.copy_in_response(text=True, columns=0)
 
 
-def _copy_refusal(rule: str, *, alone: bool = True) -> str:
-    if not alone:
+def _copy_refusal(rule: str, statement: Statement | None = None) -> str:
+    if statement is None:
         return (
             f"effect-sidecar: this query holds a statement rule {rule} records and a COPY "
             "whose rows go through the connection (FROM STDIN or TO STDOUT), which cannot "
             "go with it; nothing of the query was run. Send the COPY in a query of its own"
         )
+    if statement.copies_from_agent():
+        return (
+            f"effect-sidecar: rule {rule} matches this COPY FROM STDIN, sent by the "
+            "extended protocol (Parse, Bind, Execute); the sidecar records one sent as a "
+            "simple query, as psql, psycopg and asyncpg send it, so the statement was not "
+            "run. Send it without parameters as a simple query, or narrow the rule"
+        )
     return (
-        f"effect-sidecar: rule {rule} matches this COPY, whose rows go through the "
-        "connection (FROM STDIN or TO STDOUT); a record keeps a statement's command tag "
-        "and rows, not a COPY stream, so the statement was not run. Narrow the rule so "
-        "that it leaves this COPY out, or load the rows with INSERT"
+        f"effect-sidecar: rule {rule} matches this COPY TO STDOUT, whose rows go to the "
+        "agent through the connection; a record keeps a statement's command tag and "
+        "rows, not a COPY stream, so the statement was not run. Narrow the rule so that "
+        "it leaves this COPY out (reading rows is no side effect)"
     )
 
 
@@ -184,6 +196,10 @@ class _Wire:
     # The statement is alone in a transaction of the sidecar's own, which ``abandon``
     # rolls back: its record can travel with it (see Statements._with_statement).
     abandon: Callable[[], Awaitable[None]] | None = None
+    # A COPY FROM STDIN (simple protocol): its first run streams the agent's rows to the
+    # server; a replay asks the agent for them with the recorded CopyInResponse, and
+    # swallows them (see Statements._take_rows).
+    take_rows: Callable[[bytes], Awaitable[None]] | None = None
 
 
 class Statements:
@@ -228,7 +244,7 @@ class Statements:
             if len(classified) > 1 and any(s.copies_through_connection() for s in statements):
                 # Its rows would come in the middle of the sidecar's requests for the rest.
                 rule = next(match.rule.name for _, match in classified if match is not None)
-                raise Refused("ES422", _copy_refusal(rule, alone=False))
+                raise Refused("ES422", _copy_refusal(rule))
             binding = await self._binding()
             if wrap_all:
                 self._begin(run)
@@ -311,6 +327,10 @@ class Statements:
         def answer(raw: bytes) -> None:
             run.out += raw
 
+        async def take_rows(asked: bytes) -> None:
+            await self._take_rows(conversation, asked)
+
+        copied = statement.copies_from_agent()
         wire = _Wire(
             ask=lambda *parts: self._ask(conversation, run, *parts),
             send=lambda *parts: self._send(conversation, run, *parts),
@@ -321,13 +341,19 @@ class Statements:
             ensure_schema=lambda: self._ensure_schema(conversation, run),
             simple=True,
             abandon=(lambda: self._rollback(conversation, run)) if alone else None,
+            take_rows=take_rows if copied else None,
         )
+        if copied:
+            # Its rows go to the server once it asks for them (the session sees to that).
+            conversation.copy_in = CopyIn(forward=True)
         key = self._take(binding, statement, redaction.effect_key(match, statement))
         try:
             return await self._guarded(wire, binding, match, statement, key)
         except BaseException:
             self._give_back(binding, key)  # refused or broken: nothing of it committed
             raise
+        finally:
+            conversation.copy_in = None
 
     async def _guarded(
         self,
@@ -343,8 +369,8 @@ class Statements:
         write is awaited before the statement may run; a statement alone in the
         sidecar's own transaction has it awaited before the record goes, which then
         travels with the statement."""
-        if statement.copies_through_connection():
-            raise Refused("ES422", _copy_refusal(match.rule.name))
+        if statement.copies_through_connection() and wire.take_rows is None:
+            raise Refused("ES422", _copy_refusal(match.rule.name, statement))
         failpoints.reach("sql.before_pending", match.rule.name)
         await wire.ensure_schema()
         values = records.record_values(
@@ -416,9 +442,23 @@ class Statements:
         answers = await wire.ask(*recall)
         records.raise_on_error(answers, "cannot read effect_sidecar.effects")
         recalled = records.recalled(answers)
+        if wire.take_rows is not None:
+            await wire.take_rows(recalled.row_description)  # kept: its CopyInResponse
         self._replayed(binding, key, logged, recalled.tag, match.rule.name)
-        wire.answer(recalled.answer(simple=wire.simple))
+        wire.answer(recalled.answer(simple=wire.simple and wire.take_rows is None))
         return True
+
+    async def _take_rows(self, conversation: Conversation, asked: bytes) -> None:
+        """A replayed COPY FROM STDIN: the agent is asked for its rows as its first run
+        asked for them (``asked``: the recorded CopyInResponse), and they are swallowed.
+        The agent's CopyFail fails the statement, as PostgreSQL's own answer would."""
+        copy = CopyIn(forward=False)
+        conversation.send_client(asked if asked[:1] == b"G" else _TEXT_ROWS)
+        conversation.rows_from_agent(copy)
+        last = await copy.ended
+        if last[:1] != b"c":  # CopyFail: its reason, a NUL-terminated string
+            reason = last[5:].rstrip(b"\0").decode(errors="replace")
+            raise Refused(QUERY_CANCELED, f"COPY from stdin failed: {reason}")
 
     async def _ran(
         self,
@@ -437,8 +477,9 @@ class Statements:
             self._failed(done, answers)
             return None
         failpoints.reach("sql.after_statement", match.rule.name)
-        # (An Execute's answer has no RowDescription: Describe gave it to the agent.)
-        description = b"".join([a.raw for a in answers if a.kind == b"T"])
+        # (An Execute's answer has no RowDescription: Describe gave it to the agent.  A
+        # COPY FROM STDIN's CopyInResponse is kept in its place, to ask a replay's rows.)
+        description = b"".join([a.raw for a in answers if a.kind in _DESCRIPTIONS])
         rows = b"".join([a.raw for a in answers if a.kind == b"D"])
         values = records.complete_values(binding.task, key, done.tag, description, rows)
         await wire.complete(records.request(records.COMPLETE, values, sync=wire.simple))

@@ -190,6 +190,13 @@ def query(sql: str) -> bytes:
     return message(b"Q", sql.encode() + b"\0")
 
 
+def copy_in_response(*, text: bool, columns: int) -> bytes:
+    """Asks the client for COPY FROM STDIN rows: in text (or binary) format, ``columns``
+    of them, each in that format."""
+    code = 0 if text else 1
+    return message(b"G", struct.pack(f"!bh{columns}h", code, columns, *[code] * columns))
+
+
 def copy_fail(reason: str) -> bytes:
     """Ends a COPY FROM STDIN the server started: it fails the statement with ``reason``."""
     return message(b"f", reason.encode() + b"\0")

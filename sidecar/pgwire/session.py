@@ -11,7 +11,9 @@ inject messages of its own; the agent is read no further until it is done.  The 
 side attributes every server message to its request
 (:class:`~sidecar.pgwire.tracker.Tracker`): the agent's answers are relayed, the
 sidecar's own go to the engine.  While nothing of the sidecar's own is owed, the
-server's bytes are relayed as read, with no message object made for them.
+server's bytes are relayed as read, with no message object made for them.  One guarded
+statement has the agent say more while it runs: a ``COPY ... FROM STDIN``, whose rows the
+client side streams to the server (or swallows, for a replay) as a :class:`CopyIn`.
 """
 
 from __future__ import annotations
@@ -82,6 +84,26 @@ class Prepared:
 class Portal:
     statement: Prepared
     bind: messages.Bind | None
+
+
+class CopyIn:
+    """The agent's rows for a ``COPY ... FROM STDIN`` the engine runs: every CopyData up to
+    the CopyDone or CopyFail that ends them, sent on to the server as they come
+    (``forward``: the statement's first run) or swallowed (a replay, answered from the
+    record).  ``ended`` is the message that ended them: the agent's CopyDone or CopyFail,
+    or a CopyFail of the sidecar's own when the agent sent something a COPY does not
+    take, or left (then, when forwarding, the server got that CopyFail too)."""
+
+    __slots__ = ("ended", "forward")
+
+    def __init__(self, *, forward: bool) -> None:
+        self.forward = forward
+        self.ended: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+
+#: CopyData, and Flush and Sync, which the server ignores during a COPY FROM STDIN.
+_COPY_GOES_ON = frozenset({b"d", b"H", b"S"})
+_COPY_ENDS = frozenset({b"c", b"f"})  # CopyDone, CopyFail
 
 
 class Engine(Protocol):
@@ -163,9 +185,19 @@ class Conversation:
     became_idle: asyncio.Event = field(default_factory=asyncio.Event)
     # Told at every ReadyForQuery: the status, and whether a transaction just committed.
     on_ready: Callable[[str, bool], None] | None = None
+    # A COPY FROM STDIN of the agent's that the engine sends: when the server answers it
+    # with CopyInResponse, that goes to the agent and the agent's rows to the server.
+    copy_in: CopyIn | None = None
+    # How the client side is told to stream (or swallow) the agent's rows.
+    take_rows: Callable[[CopyIn], None] | None = None
 
     def send_client(self, raw: bytes) -> None:
         self.client.write(raw)
+
+    def rows_from_agent(self, copy: CopyIn) -> None:
+        """Have the agent's COPY rows streamed (or swallowed) as ``copy`` says, now."""
+        assert self.take_rows is not None, "no client side reads the agent"
+        self.take_rows(copy)
 
     async def wait_idle(self) -> None:
         """Until every request sent so far is answered (the transaction status is known)."""
@@ -447,7 +479,13 @@ def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since
         # (A notification or a setting come while a request of the sidecar's own was out,
         # at its COMMIT say, is about the agent's session: the agent's, whenever it comes.)
         if pending is not None and pending.ours and kind not in _THE_AGENTS_ALWAYS:
-            if kind in _COPY_IN:
+            copy = conversation.copy_in
+            if kind == b"G" and copy is not None and not copy.ended.done():
+                # The agent's COPY FROM STDIN, run by the engine: the agent is asked for
+                # its rows, and they go to the server from now on.
+                relay += chunk[at:end]
+                conversation.rows_from_agent(copy)
+            elif kind in _COPY_IN:
                 # The sidecar's own requests never stream rows: end the COPY at once,
                 # failing its statement, rather than leave the server waiting for them.
                 conversation.server.write(_COPY_FAIL)
@@ -496,8 +534,9 @@ class _ClientSide(_Side):
     """The agent's messages: what no rule concerns is sent on as read; a message that runs
     a guarded statement is handed to the engine in a task (it waits for the store and
     the server), and the agent is read no further until the engine is done: what came
-    with it, or comes meanwhile, is framed after.  ``ended`` also fails with an error
-    of the engine.
+    with it, or comes meanwhile, is framed after - but for the rows of a COPY FROM STDIN
+    the engine runs, which are streamed while it waits (:class:`CopyIn`).  ``ended``
+    also fails with an error of the engine.
     """
 
     name = "client"
@@ -521,12 +560,25 @@ class _ClientSide(_Side):
         # seen once it is done, as if the agent had not been read meanwhile.
         self._held_end: tuple[Exception | None] | None = None
         self._held_eof = False
+        self._copy: CopyIn | None = None  # the agent's COPY rows being streamed
+
+    def take_rows(self, copy: CopyIn) -> None:
+        """Stream the agent's COPY rows as ``copy`` says, starting with any it sent
+        already (the engine is running the COPY: the agent is read again meanwhile)."""
+        self._copy = copy
+        if self._held_end is not None or self._held_eof:  # it left before it was asked
+            self._fail_copy("the agent's connection closed during COPY FROM STDIN")
+            return
+        self._stream_rows(b"")
+        if self._copy is not None and not self._throttled and not self._transport.is_closing():
+            self._transport.resume_reading()
 
     @classmethod
     async def attach(cls, link: Link, conversation: Conversation, engine: Engine) -> _ClientSide:
         transport = link.client_writer.transport
         assert isinstance(transport, asyncio.Transport)
         side = cls(transport, link.frontend, conversation, engine)
+        conversation.take_rows = side.take_rows
         await side._take_over(link.client_reader)
         return side
 
@@ -536,7 +588,7 @@ class _ClientSide(_Side):
         self.data_received(held)
 
     def _may_read(self) -> bool:
-        return not self._busy
+        return not self._busy or self._copy is not None
 
     def idle(self) -> bool:
         """No statement running (the engine's or one sent on) and no transaction open."""
@@ -544,6 +596,13 @@ class _ClientSide(_Side):
         return not self._busy and tracker.idle and tracker.status == "I"
 
     def data_received(self, data: bytes) -> None:
+        if self._copy is not None and not self.ended.done():
+            try:
+                self._stream_rows(data)
+            except Exception as error:  # a ProtocolError: the session ends with it
+                self._fail_copy("the agent's COPY data could not be read")
+                self._end(error)
+            return
         if self._busy and not self.ended.done():
             self._frontend.hold(data)  # framed once the engine is done
             # Read no further until then.  Paused only now, not when the engine starts:
@@ -555,12 +614,14 @@ class _ClientSide(_Side):
 
     def eof_received(self) -> bool:
         if self._busy and not self.ended.done():
+            self._fail_copy("the agent's connection closed during COPY FROM STDIN")
             self._held_eof = True
             return True  # open (not read) until the engine is done: then closed
         return super().eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._busy and not self.ended.done():
+            self._fail_copy("the agent's connection closed during COPY FROM STDIN")
             self._streams.connection_lost(exc)  # a drain() fails now, as it would have
             self._held_end = (exc,)
             return
@@ -573,6 +634,42 @@ class _ClientSide(_Side):
         if self.ended.done() and not self.ended.cancelled():
             self.ended.exception()  # seen by run_session (or not worth reporting twice)
         self.ended.cancel()
+
+    def _stream_rows(self, data: bytes) -> None:
+        """The agent's COPY rows: sent on (or swallowed) up to the message that ends them;
+        what follows that is held, as anything the agent says while the engine runs."""
+        copy = self._copy
+        assert copy is not None
+        chunk, starts = self._frontend.feed_chunk(data)
+        for at, end in spans(chunk, starts):
+            kind = chunk[at : at + 1]
+            if kind in _COPY_GOES_ON:
+                continue
+            if kind in _COPY_ENDS:
+                last, rest = chunk[at:end], chunk[end:]
+            else:  # what PostgreSQL, too, takes as the end of the rows, failing the COPY
+                last = messages.copy_fail(f"unexpected message type 0x{kind[0]:02X} during COPY")
+                rest = chunk[at:]
+            if copy.forward:
+                self._conversation.server.write(chunk[:at] + last)
+            self._frontend.unread(rest)  # framed once the engine is done
+            self._copy = None
+            copy.ended.set_result(last)
+            return
+        if copy.forward and chunk:
+            self._conversation.server.write(chunk)
+            self._throttle_if_behind()
+
+    def _fail_copy(self, reason: str) -> None:
+        """End the agent's COPY rows with a CopyFail of the sidecar's own (the agent
+        left, or sent what cannot be read): the server fails the statement."""
+        copy, self._copy = self._copy, None
+        if copy is None or copy.ended.done():
+            return
+        last = messages.copy_fail(reason)
+        if copy.forward:
+            self._conversation.server.write(last)
+        copy.ended.set_result(last)
 
     def _relay(self, data: bytes) -> None:
         """Send on what no rule concerns; hand a guarded statement to the engine."""

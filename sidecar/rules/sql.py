@@ -43,6 +43,7 @@ NO_TRANSACTION = re.compile(
 # A COPY whose rows go through the connection, as the COPY sub-protocol's messages after
 # the statement, not through a file or a program on the server.
 _THROUGH_CONNECTION = re.compile(r"\b(from\s+stdin|to\s+stdout)\b", re.IGNORECASE)
+_FROM_STDIN = re.compile(r"\bfrom\s+stdin\b", re.IGNORECASE)
 
 _COMMENT_KEY = re.compile(r"/\*\s*sidecar:key=([^*]+?)\s*\*/")
 _LEADING_COMMENTS = re.compile(r"\A(\s+|--[^\n]*\n?|/\*.*?\*/)*", re.DOTALL)
@@ -137,6 +138,10 @@ class Statement:
         file name that reads "from stdin" counts too: a false alarm refuses a statement,
         it never lets one run unrecorded.)"""
         return self.kind == "COPY" and _THROUGH_CONNECTION.search(self.normalised) is not None
+
+    def copies_from_agent(self) -> bool:
+        """A ``COPY ... FROM STDIN``: its rows come from the client after it."""
+        return self.kind == "COPY" and _FROM_STDIN.search(self.normalised) is not None
 
     def digest(self) -> str:
         """sha256 of the normalised text: the default name of the statement's effect."""

@@ -1,21 +1,25 @@
 """COPY under a rule that records it, as psql users run it, through ``sidecar serve``.
 
-psql's ``\\copy`` streams the rows through the connection (COPY ... FROM STDIN), which a
-record cannot hold: psql gets the sidecar's reason at once and exits 1, nothing loaded.
-(Before, psql and the server waited for each other for ever, the transaction holding
-its locks, and the sidecar would not stop.)  A COPY on the server's side runs once per
-task: the attempt after answers from its record.
+psql's ``\\copy`` streams the rows through the connection (``COPY ... FROM STDIN``): the
+first attempt of a task loads them, in one transaction with the statement's record; the
+next attempt sends them again and is answered ``COPY n`` from the record, nothing loaded
+twice.  Killed at any point - the agent in the middle of its rows, the sidecar in the
+middle of them, after the statement ran, after it committed - the table holds the rows
+once when the task is done, and no server backend is left waiting for rows.  A COPY on
+the server's side runs once per task too.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.acceptance.pgwire.conftest import MakeWorld
+from sidecar.testing.processes import Child
+from tests.acceptance.pgwire.conftest import MakeWorld, events
 from tests.support.postgres import TASK, PostgresWorld
 
 pytestmark = pytest.mark.acceptance
@@ -28,19 +32,38 @@ rules:
     match: {sql: {kind: [COPY], regex: "\\\\bparts\\\\b"}}
     effect: non_idempotent
 """
+PARTS = [(1, "bolt"), (2, "nut")]
+LOAD = "\\copy parts FROM 'parts.tsv'"
+# The rows, then a stall in the middle of the COPY: psql is still sending when killed.
+STALLING = "\\copy parts FROM PROGRAM 'printf \"1\\tbolt\\n\"; touch streaming; sleep 60'"
 
 
 @pytest.fixture
-def world(make_world: MakeWorld, tmp_path: Path) -> PostgresWorld:
-    rules = tmp_path / "copy-rules.yaml"
-    rules.write_text(RULES)
-    made = make_world(rules=[rules])
+def rules(tmp_path: Path) -> Path:
+    path = tmp_path / "copy-rules.yaml"
+    path.write_text(RULES)
+    return path
+
+
+def world_with_parts(make_world: MakeWorld, rules: Path, **kwargs: object) -> PostgresWorld:
+    made = make_world(rules=[rules], **kwargs)
     made.rows("CREATE TABLE parts (id int, name text)")
     return made
 
 
+@pytest.fixture
+def world(make_world: MakeWorld, rules: Path) -> PostgresWorld:
+    return world_with_parts(make_world, rules)
+
+
+def write_parts(cwd: Path) -> None:
+    """The rows psql's \\copy reads: parts.tsv in ``cwd``."""
+    (cwd / "parts.tsv").write_text("".join(f"{n}\t{name}\n" for n, name in PARTS))
+
+
 def psql(world: PostgresWorld, command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """psql through the sidecar, as one new attempt of the task."""
+    write_parts(cwd)
     attempt = world.claim(TASK)
     env = os.environ | world.agent_env() | {"PGOPTIONS": attempt.pgoptions}
     return subprocess.run(
@@ -49,16 +72,104 @@ def psql(world: PostgresWorld, command: str, cwd: Path) -> subprocess.CompletedP
     )  # fmt: skip
 
 
-def test_psqls_copy_from_a_local_file_is_refused_with_the_reason(
+def next_attempt_loads(world: PostgresWorld, cwd: Path) -> None:
+    """psql under `sidecar exec` as the task's next attempt (once the killed one's lease
+    has run out): it loads the rows, or is answered from the record."""
+    write_parts(cwd)
+    agent = world.agent("worker-b", "psql", "-X", "-v", "ON_ERROR_STOP=1", "-c", LOAD, cwd=cwd)
+    assert agent.proc.wait(timeout=60) == 0
+    assert agent.lines == ["COPY 2"]
+
+
+def stalled_agent(world: PostgresWorld, cwd: Path) -> Child:
+    """psql under `sidecar exec`, in the middle of its COPY's rows once this returns."""
+    agent = world.agent("worker-a", "psql", "-X", "-v", "ON_ERROR_STOP=1", "-c", STALLING, cwd=cwd)
+    deadline = time.monotonic() + 30
+    while not (cwd / "streaming").exists() or not copies_running(world):
+        assert agent.proc.poll() is None, "psql ended before its COPY was under way"
+        assert time.monotonic() < deadline, "psql's COPY never started on the server"
+        time.sleep(0.05)
+    return agent
+
+
+def copies_running(world: PostgresWorld) -> int:
+    """Server backends running a COPY on the world's database."""
+    return int(
+        world.value(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query ILIKE 'COPY%' AND state <> 'idle'"
+        )
+    )
+
+
+def no_copy_left_running(world: PostgresWorld) -> None:
+    deadline = time.monotonic() + 10
+    while copies_running(world):
+        assert time.monotonic() < deadline, "a server backend still waits for COPY rows"
+        time.sleep(0.05)
+
+
+def loaded_once(world: PostgresWorld) -> None:
+    assert world.rows("SELECT id, name FROM parts ORDER BY id") == PARTS
+    assert list(world.recorded().values()) == ["COPY 2"]
+
+
+def test_psqls_copy_loads_once_and_the_next_attempt_is_answered_from_the_record(
     world: PostgresWorld, tmp_path: Path
 ) -> None:
-    (tmp_path / "parts.tsv").write_text("1\tbolt\n2\tnut\n")
-    done = psql(world, "\\copy parts FROM 'parts.tsv'", tmp_path)
-    assert done.returncode == 1
-    assert "rule load.parts matches this COPY" in done.stderr
-    assert "load the rows with INSERT" in done.stderr
+    first, again = psql(world, LOAD, tmp_path), psql(world, LOAD, tmp_path)
+    assert (first.returncode, again.returncode) == (0, 0), first.stderr + again.stderr
+    assert first.stdout == again.stdout == "COPY 2\n"
+    loaded_once(world)
+    (effect,) = world.settled_effects()
+    assert events(effect) == ["pending", "completed", "replayed"]
+
+
+def test_the_agent_killed_in_the_middle_of_its_rows_loads_nothing_and_leaves_no_copy_open(
+    world: PostgresWorld, tmp_path: Path
+) -> None:
+    stalled_agent(world, tmp_path).kill_group()
+    no_copy_left_running(world)
     assert world.rows("SELECT * FROM parts") == []
     assert world.recorded() == {}
+
+    next_attempt_loads(world, tmp_path)
+    loaded_once(world)
+
+
+def test_the_sidecar_killed_in_the_middle_of_the_rows_loads_nothing(
+    world: PostgresWorld, tmp_path: Path
+) -> None:
+    agent = stalled_agent(world, tmp_path)
+    assert world.kill_sidecar() == -9
+    no_copy_left_running(world)  # the server saw its connection go, and rolled back
+    assert world.rows("SELECT * FROM parts") == []
+    agent.kill_group()  # (psql learns of it only when its program gives it more rows)
+
+    world.start_sidecar()
+    next_attempt_loads(world, tmp_path)
+    loaded_once(world)
+
+
+@pytest.mark.parametrize(
+    ("failpoint", "committed"), [("sql.after_statement", False), ("sql.after_commit", True)]
+)
+def test_the_sidecar_killed_after_the_copy_ran_loads_the_rows_once(
+    make_world: MakeWorld, rules: Path, tmp_path: Path, failpoint: str, committed: bool
+) -> None:
+    world = world_with_parts(make_world, rules, sidecar_env={"SIDECAR_FAILPOINTS": failpoint})
+    killed = psql(world, LOAD, tmp_path)
+    assert killed.returncode != 0  # the sidecar died before answering
+    assert world.sidecar is not None
+    assert world.sidecar.proc.wait(timeout=10) == -9
+    assert world.value("SELECT count(*) FROM parts") == (2 if committed else 0)
+
+    world.start_sidecar()
+    done = psql(world, LOAD, tmp_path)
+    assert (done.returncode, done.stdout) == (0, "COPY 2\n"), done.stderr
+    loaded_once(world)
+    (effect,) = world.settled_effects()
+    assert events(effect)[-1] == ("replayed" if committed else "completed")
 
 
 def test_a_copy_the_server_runs_is_loaded_once_per_task(
@@ -68,5 +179,4 @@ def test_a_copy_the_server_runs_is_loaded_once_per_task(
     first, again = psql(world, load, tmp_path), psql(world, load, tmp_path)
     assert (first.returncode, again.returncode) == (0, 0)
     assert first.stdout == again.stdout == "COPY 2\n"
-    assert world.rows("SELECT id, name FROM parts ORDER BY id") == [(1, "bolt"), (2, "nut")]
-    assert list(world.recorded().values()) == ["COPY 2"]
+    loaded_once(world)

@@ -83,6 +83,23 @@ def test_a_copy_on_the_server_or_another_statement_is_not(sql: str) -> None:
     assert not Statement.of(sql).copies_through_connection()
 
 
+@pytest.mark.parametrize(
+    ("sql", "from_agent"),
+    [
+        ("COPY things FROM STDIN", True),
+        ("copy things (id, name) from stdin with (format csv)", True),
+        ("/* sidecar:key=load */ COPY things FROM /* rows */ STDIN", True),
+        ("COPY things TO STDOUT", False),
+        ("COPY things FROM '/srv/things.csv'", False),
+        ("INSERT INTO notes VALUES ('from stdin')", False),
+    ],
+)
+def test_a_copy_whose_rows_come_from_the_agent_is_told_from_one_sending_them(
+    sql: str, from_agent: bool
+) -> None:
+    assert Statement.of(sql).copies_from_agent() is from_agent
+
+
 def test_split_keeps_each_statements_leading_comments() -> None:
     script = "-- 1\nCREATE TABLE a (i int);\n/* sidecar:key=k */ INSERT INTO a VALUES (';');"
     assert split(script) == [
