@@ -104,7 +104,6 @@ class PgEffects:
     bindings: Bindings
     store: Store
     metrics: Metrics
-    schemas_ready: set[str] = field(default_factory=set)
     classified: dict[str, Classified] = field(default_factory=dict)
     mirrors: Mirrors = field(default_factory=Mirrors)
     ordinals: Ordinals = field(default_factory=Ordinals)
@@ -218,6 +217,10 @@ class Statements:
         # The schema was created in the transaction now open: it exists for every other
         # connection only once that transaction commits (see ready()).
         self.schema_in_transaction = False
+        # The sidecar's table was seen (or made, and committed) on this connection: looked
+        # for once per connection, not once per database name, since a database dropped
+        # and created again under the same name (a reset between runs) has lost it.
+        self.schema_seen = False
 
     def might_guard(self, sql: bytes) -> bool:
         return self.shared.might_guard(sql)
@@ -702,7 +705,7 @@ class Statements:
         if status != "I":
             return
         if self.schema_in_transaction and committed:
-            self.shared.schemas_ready.add(self.database)
+            self.schema_seen = True
         self.schema_in_transaction = False
         ended, self.uncommitted = self.uncommitted, []
         for done in ended:
@@ -745,7 +748,7 @@ class Statements:
     # ---- the sidecar's own statements -----------------------------------------------
 
     async def _ensure_schema(self, conversation: Conversation, run: _Query | None) -> None:
-        if self.database in self.shared.schemas_ready or self.schema_in_transaction:
+        if self.schema_seen or self.schema_in_transaction:
             return
 
         async def ask(sql: str) -> list[Message]:
@@ -758,7 +761,7 @@ class Statements:
             return answers
 
         if records.schema_exists(await ask(records.SCHEMA_EXISTS)):
-            self.shared.schemas_ready.add(self.database)
+            self.schema_seen = True
             return
         for sql in records.SCHEMA:
             await ask(sql)
@@ -766,9 +769,9 @@ class Statements:
 
     def _check_record(self, answers: list[Message]) -> None:
         if records.lost_table(answers):
-            # Dropped behind the sidecar's back (or the database was re-created): make it
+            # Dropped behind the sidecar's back on this connection (DROP SCHEMA): make it
             # again next time instead of failing every statement from now on.
-            self.shared.schemas_ready.discard(self.database)
+            self.schema_seen = False
         records.raise_on_error(answers, "cannot record the statement in effect_sidecar.effects")
 
     async def _fail_transaction(self, conversation: Conversation) -> None:

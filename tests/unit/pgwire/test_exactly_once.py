@@ -85,6 +85,24 @@ async def test_a_record_the_effect_log_never_saw_is_replayed_and_the_connection_
     ]
 
 
+@pytest.mark.parametrize("how", ["alone", "extended", "in a transaction"])
+async def test_a_database_made_again_under_the_same_name_gets_the_records_table_again(relay, how):
+    """An agent resets its database between runs (DROP DATABASE, CREATE DATABASE): the
+    first statement recorded on a new connection to it is recorded, not refused because
+    the sidecar remembered the table of the database that was dropped."""
+    relay.database.rows("CREATE TABLE ledger (entry text)")
+    attempt = await new_attempt(relay.store)
+    assert await relay.run(attempt, "INSERT INTO ledger VALUES ('first')") == ["INSERT 0 1"]
+    relay.database.drop()
+    with psycopg.connect(relay.database.admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{relay.database.name}"')
+    relay.database.rows("CREATE TABLE ledger (entry text)")
+    async with await relay.connect(attempt) as connection:
+        assert await asyncio.wait_for(_insert(connection, how, "again"), 10) == "INSERT 0 1"
+    assert relay.database.rows("SELECT entry FROM ledger") == [("again",)]
+    assert len(records(relay.database)) == 1
+
+
 async def _insert(connection: psycopg.AsyncConnection, how: str, entry: str) -> str:
     """INSERT ``entry`` as the agent sends it: ``alone`` (a simple Query outside a
     transaction), ``extended`` (with a parameter) or ``in a transaction`` of its own."""
