@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.rules.packs import packs_dir
 from sidecar.testing.processes import Child
 from tests.acceptance.pgwire.conftest import MakeWorld, events
-from tests.support.postgres import TASK, PostgresWorld
+from tests.support.postgres import TASK, PostgresWorld, ScratchDatabase
 
 pytestmark = pytest.mark.acceptance
 
@@ -30,6 +31,14 @@ rules:
   - name: load.parts
     description: Loading the parts list happens once per task.
     match: {sql: {kind: [COPY], regex: "\\\\bparts\\\\b"}}
+    effect: non_idempotent
+"""
+RESTORE_RULES = """
+version: 1
+rules:
+  - name: restore.copy
+    description: Loading a table's rows from a dump happens once per task.
+    match: {sql: {kind: [COPY]}}
     effect: non_idempotent
 """
 PARTS = [(1, "bolt"), (2, "nut")]
@@ -180,3 +189,80 @@ def test_a_copy_the_server_runs_is_loaded_once_per_task(
     assert (first.returncode, again.returncode) == (0, 0)
     assert first.stdout == again.stdout == "COPY 2\n"
     loaded_once(world)
+
+
+@pytest.fixture
+def dump(tmp_path: Path) -> Path:
+    """pg_dump's plain SQL of a database with two tables of 3,000 rows (one referencing
+    the other): what psql -f restores, each table's rows in a COPY ... FROM stdin."""
+    source = ScratchDatabase.create(prefix="es_dump")
+    try:
+        source.rows(
+            "CREATE TABLE items (id int PRIMARY KEY, name text);"
+            " INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 3000) g;"
+            " CREATE TABLE tags (item int REFERENCES items, tag text);"
+            " INSERT INTO tags SELECT g, 't' || g % 7 FROM generate_series(1, 3000) g"
+        )
+        path = tmp_path / "dump.sql"
+        with path.open("w") as out:
+            subprocess.run(["pg_dump", "--no-owner", source.url], stdout=out, check=True)
+    finally:
+        source.drop()
+    return path
+
+
+@pytest.fixture
+def restore_world(make_world: MakeWorld, rules: Path) -> PostgresWorld:
+    """The shipped postgres pack (DDL once per task) and a rule recording every COPY."""
+    path = rules.with_name("restore-rules.yaml")
+    path.write_text(RESTORE_RULES)
+    return make_world(rules=[packs_dir() / "postgres.yaml", path])
+
+
+def restored_once(world: PostgresWorld) -> None:
+    assert world.value("SELECT count(*) FROM items") == 3000
+    assert world.value("SELECT count(*) FROM tags") == 3000
+    assert sorted(tag for tag in world.recorded().values() if tag.startswith("COPY")) == [
+        "COPY 3000",
+        "COPY 3000",
+    ]
+
+
+def restore(world: PostgresWorld, dump: Path, worker: str) -> Child:
+    return world.agent(worker, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(dump))
+
+
+def test_a_pg_dump_restored_by_two_attempts_is_restored_once(
+    restore_world: PostgresWorld, dump: Path
+) -> None:
+    for worker in ("worker-a", "worker-b"):
+        assert restore(restore_world, dump, worker).proc.wait(timeout=60) == 0
+    restored_once(restore_world)
+    effects = restore_world.settled_effects()
+    assert len(effects) == 6  # CREATE TABLE, COPY and ALTER TABLE ... ADD CONSTRAINT, twice
+    assert all(events(effect) == ["pending", "completed", "replayed"] for effect in effects)
+
+
+def test_a_restore_killed_in_the_middle_of_a_copy_is_finished_by_the_next_attempt(
+    restore_world: PostgresWorld, dump: Path, tmp_path: Path
+) -> None:
+    # The dump fed to psql up to the middle of the first table's rows, then a stall.
+    lines = dump.read_text().splitlines(keepends=True)
+    middle = next(i for i, line in enumerate(lines) if line.startswith("COPY ")) + 1500
+    head = tmp_path / "head.sql"
+    head.write_text("".join(lines[:middle]))
+    feed = f"cat {head}; touch {tmp_path / 'streaming'}; sleep 60"
+    first = restore_world.agent(
+        "worker-a", "sh", "-c", f"({feed}) | psql -X -q -v ON_ERROR_STOP=1 -f -"
+    )
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "streaming").exists() or not copies_running(restore_world):
+        assert first.proc.poll() is None, "psql ended before its COPY was under way"
+        assert time.monotonic() < deadline, "the restore's COPY never started on the server"
+        time.sleep(0.05)
+    first.kill_group()
+    no_copy_left_running(restore_world)
+    assert restore_world.value("SELECT count(*) FROM items") == 0  # the table, made once
+
+    assert restore(restore_world, dump, "worker-b").proc.wait(timeout=60) == 0
+    restored_once(restore_world)
