@@ -133,6 +133,23 @@ async def test_rows_larger_than_any_buffer_are_streamed_in_full(relay):
     ]
 
 
+async def test_rows_sent_faster_than_the_server_takes_them_wait_and_arrive_whole(relay):
+    """A trigger slows the server down (5 ms a row): the agent's rows fill the sockets'
+    buffers and pile up in the sidecar past its backlog, the agent is read no further
+    until they are sent, then again - none is lost or sent twice."""
+    relay.database.rows(
+        "CREATE FUNCTION slowly() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$BEGIN PERFORM pg_sleep(0.005); RETURN NEW; END$$;"
+        " CREATE TRIGGER slowly BEFORE INSERT ON parts FOR EACH ROW EXECUTE FUNCTION slowly()"
+    )
+    rows = [(n, "y" * 100_000) for n in range(300)]  # 30 MB: more than sockets hold
+    async with asyncio.timeout(60):
+        assert await attempt_loads(relay, "worker-a", rows) == 300
+    assert relay.database.rows("SELECT count(*), sum(id), min(length(name)) FROM parts") == [
+        (300, sum(range(300)), 100_000)
+    ]
+
+
 async def test_a_binary_copy_is_asked_for_again_in_binary_on_replay(relay):
     statement = "COPY parts (id, name) FROM STDIN (FORMAT BINARY)"
     for worker in ("worker-a", "worker-b"):
