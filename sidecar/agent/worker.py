@@ -502,7 +502,7 @@ class AttemptEffects:
             mine = [e for e in effect.get("events", []) if e.get("attempt_id") == attempt_id]
             for event in mine:
                 name, detail = event.get("event"), event.get("detail")
-                if name == "pending":
+                if name in ("pending", "ran_again"):  # (ran_again: a SQL effect made again)
                     self.recorded += 1
                 elif name in ("replayed", "probed"):
                     self.replayed += 1

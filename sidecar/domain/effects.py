@@ -48,7 +48,9 @@ OUTCOMES = frozenset({EffectState.COMPLETED, EffectState.FAILED, EffectState.UNK
 
 # Events that annotate an effect without changing its state.
 # ``blocked``: an attempt was refused because the effect waits for a human (once per attempt).
-NOTES = frozenset({"replayed", "probed", "divergent", "waited", "blocked"})
+# ``ran_again``: a SQL effect completed in the log ran again, since its target database
+# held no record of it (the database was made again, or its effect_sidecar.effects emptied).
+NOTES = frozenset({"replayed", "probed", "divergent", "waited", "blocked", "ran_again"})
 
 # A human's ``abandoned`` resolution (SPEC §3.10) is kept without a state of its own: the
 # effect is ``failed``, its detail says who abandoned it and why, and its recorded

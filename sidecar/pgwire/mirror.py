@@ -98,6 +98,9 @@ class LogMirror:
         self._database = database
         self._behind: dict[str, asyncio.Task[None]] = {}
         self._held: list[tuple[str, Coroutine[Any, Any, None]]] = []
+        # (task, key) of effects completed in the log that run again here, the target
+        # database holding no record of them: their outcome is a note, not a state.
+        self._again: set[tuple[str, str]] = set()
         self._release: asyncio.TimerHandle | None = None
 
     async def pending(
@@ -149,6 +152,8 @@ class LogMirror:
                 "database %s (was effect_sidecar.effects emptied?): running it again",
                 binding.task, key, self._database,
             )  # fmt: skip
+            self._again.add((binding.task, key))
+            return
         if logged not in _NOT_DONE:
             return
         try:
@@ -255,6 +260,11 @@ class LogMirror:
     async def _outcome(self, done: Done, outcome: EffectState, detail: str) -> None:
         binding = done.binding
         completed = outcome is EffectState.COMPLETED
+        if (binding.task, done.key) in self._again:
+            self._again.discard((binding.task, done.key))
+            if completed:  # (rolled back or failed, it did not happen again: nothing to say)
+                await self._ran_again(done)
+            return
         try:
             await self._durably(lambda: self._store.transition_effect(
                 binding.task, done.key, binding.attempt_id, binding.generation, outcome,
@@ -262,5 +272,21 @@ class LogMirror:
             ))  # fmt: skip
             disposition = "recorded" if completed else "rolled_back"
             self._metrics.effects_by(done.rule, disposition).inc()
+        except SidecarError as error:
+            log.warning("effect %s not mirrored: %s", done.key, error.detail)
+
+    async def _ran_again(self, done: Done) -> None:
+        """The log keeps the effect completed by the try that first made it; that it
+        happened again, in a database with no record of it, is told by a note."""
+        binding = done.binding
+        detail = (
+            f"{done.tag}: ran again in database {self._database}, which held no record of it "
+            "(made again, or its effect_sidecar.effects emptied)"
+        )
+        try:
+            await self._durably(lambda: self._store.note_effect(
+                binding.task, done.key, binding.attempt_id, binding.generation, "ran_again",
+                detail=detail,
+            ))  # fmt: skip
         except SidecarError as error:
             log.warning("effect %s not mirrored: %s", done.key, error.detail)

@@ -118,6 +118,14 @@ def test_the_tally_counts_only_this_attempts_part():
     assert tally.line() == "0 recorded, 2 replayed, 2 refused, 1 blocked"
 
 
+def test_a_sql_effect_run_again_in_a_database_made_again_counts_as_recorded():
+    tally = worker.AttemptEffects()
+    ran_again = ("ran_again", "att-2", "CREATE TABLE: ran again in database shop")
+    first = [("pending", "att-1", None), ("completed", "att-1", None)]
+    tally.add_effects([_effect("a", "completed", *first, ran_again)], "att-2")
+    assert tally.line() == "1 recorded, 0 replayed, 0 refused, 0 blocked"
+
+
 def test_quiet_silences_the_lines_and_waiting_is_said_every_few_seconds(monkeypatch):
     out = io.StringIO()
     notes = worker.Notes(stream=out)

@@ -103,6 +103,30 @@ async def test_a_database_made_again_under_the_same_name_gets_the_records_table_
     assert len(records(relay.database)) == 1
 
 
+async def test_a_statement_the_log_completed_that_runs_again_in_a_new_database_is_told(relay):
+    """The next attempt of a task meets a database made again since its first ran the
+    statement there: no record, so the statement runs again - the database is the truth -
+    and the log, which keeps the effect completed by the first, says it ran again."""
+    first = await new_attempt(relay.store)
+    assert await relay.run(first, "CREATE TABLE t1 (id int)") == ["CREATE TABLE"]
+    relay.database.drop()
+    with psycopg.connect(relay.database.admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{relay.database.name}"')
+    again = await new_attempt(relay.store, "worker-b")
+    assert await relay.run(again, "CREATE TABLE t1 (id int)") == ["CREATE TABLE"]
+    assert relay.database.value("SELECT to_regclass('t1') IS NOT NULL")
+    ((key, state),) = (await relay.effects()).items()
+    assert state is EffectState.COMPLETED
+    assert await relay.events(key) == [
+        ("pending", first),
+        ("completed", first),
+        ("ran_again", again),
+    ]
+    (note,) = [e for e in await relay.store.effect_events("312") if e.event == "ran_again"]
+    assert note.detail is not None
+    assert note.detail.startswith(f"CREATE TABLE: ran again in database {relay.database.name}")
+
+
 async def _insert(connection: psycopg.AsyncConnection, how: str, entry: str) -> str:
     """INSERT ``entry`` as the agent sends it: ``alone`` (a simple Query outside a
     transaction), ``extended`` (with a parameter) or ``in a transaction`` of its own."""
