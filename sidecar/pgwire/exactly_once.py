@@ -701,7 +701,7 @@ class Statements:
             self.unclosed += records.closes(sent.messages)
         return answers
 
-    def ready(self, status: str, committed: bool) -> None:
+    def ready(self, status: str, committed: bool | None) -> None:
         if status != "I":
             return
         if self.schema_in_transaction and committed:
@@ -709,6 +709,10 @@ class Statements:
         self.schema_in_transaction = False
         ended, self.uncommitted = self.uncommitted, []
         for done in ended:
+            if committed is None:  # PREPARE TRANSACTION: neither committed nor rolled back
+                self.shared.ordinals.kept(done.binding.task, done.binding.attempt_id, done.key)
+                self.mirror.in_doubt(done)
+                continue
             if committed:
                 failpoints.reach("sql.after_commit", done.rule)
             self._ended(done, committed)

@@ -179,6 +179,16 @@ class LogMirror:
         else:
             self._later(done.key, self._outcome(done, EffectState.FAILED, "rolled back"))
 
+    def in_doubt(self, done: Done) -> None:
+        """The transaction holding ``done`` was prepared for a two-phase commit: unknown
+        until COMMIT PREPARED or ROLLBACK PREPARED, which the record in the database
+        then tells the next attempt that sends the statement."""
+        detail = (
+            "prepared for a two-phase commit (PREPARE TRANSACTION): COMMIT PREPARED or "
+            "ROLLBACK PREPARED decides, and the record in the database tells the next attempt"
+        )
+        self._later(done.key, self._outcome(done, EffectState.UNKNOWN, detail))
+
     async def completed_now(self, done: Done) -> None:
         """Completed, written before the agent is answered: for a statement with no record
         in the target database, the effect log is the only record."""
@@ -270,8 +280,9 @@ class LogMirror:
                 binding.task, done.key, binding.attempt_id, binding.generation, outcome,
                 response=as_response(done.tag) if completed else None, detail=detail,
             ))  # fmt: skip
-            disposition = "recorded" if completed else "rolled_back"
-            self._metrics.effects_by(done.rule, disposition).inc()
+            if outcome is not EffectState.UNKNOWN:
+                disposition = "recorded" if completed else "rolled_back"
+                self._metrics.effects_by(done.rule, disposition).inc()
         except SidecarError as error:
             log.warning("effect %s not mirrored: %s", done.key, error.detail)
 

@@ -126,8 +126,10 @@ class Engine(Protocol):
         """Run an Execute of a guarded statement (extended protocol); answer the agent."""
         ...
 
-    def ready(self, status: str, committed: bool) -> None:
-        """A ReadyForQuery went by: ``status``, and whether a transaction just committed."""
+    def ready(self, status: str, committed: bool | None) -> None:
+        """A ReadyForQuery went by: ``status``, and whether a transaction just committed
+        (None: it was prepared for a two-phase commit, which COMMIT PREPARED or ROLLBACK
+        PREPARED decides later, maybe on another connection)."""
         ...
 
     def closed(self) -> None:
@@ -183,8 +185,9 @@ class Conversation:
     # Answers to the sidecar's own requests.
     ours: _Answers = field(default_factory=_Answers)
     became_idle: asyncio.Event = field(default_factory=asyncio.Event)
-    # Told at every ReadyForQuery: the status, and whether a transaction just committed.
-    on_ready: Callable[[str, bool], None] | None = None
+    # Told at every ReadyForQuery: the status, and whether a transaction just committed
+    # (None: prepared for a two-phase commit).
+    on_ready: Callable[[str, bool | None], None] | None = None
     # A COPY FROM STDIN of the agent's that the engine sends: when the server answers it
     # with CopyInResponse, that goes to the agent and the agent's rows to the server.
     copy_in: CopyIn | None = None
@@ -287,10 +290,12 @@ async def _copy_both_ways(link: Link) -> None:
 
 @dataclass(slots=True)
 class _Since:
-    """What the server said since its last ReadyForQuery: an error, a ROLLBACK."""
+    """What the server said since its last ReadyForQuery: an error, a ROLLBACK, a
+    PREPARE TRANSACTION."""
 
     errored: bool = False
     rolled_back: bool = False
+    prepared: bool = False
 
 
 # Past this much relayed to one side and not yet sent, the other is read no further
@@ -455,7 +460,9 @@ def _follow(chunk: bytes, starts: list[int], conversation: Conversation, since: 
         if kind == b"E":
             since.errored = True
         elif kind == b"C":
-            since.rolled_back = chunk[at + 5 : at + 14] == b"ROLLBACK\0"
+            tag = chunk[at + 5 : at + 25]
+            since.rolled_back = tag.startswith(b"ROLLBACK\0")
+            since.prepared = tag == b"PREPARE TRANSACTION\0"
         tracker.answered(kind)
 
 
@@ -472,7 +479,9 @@ def _sort_out(chunk: bytes, starts: list[int], conversation: Conversation, since
         if kind == b"E":
             since.errored = True
         elif kind == b"C":
-            since.rolled_back = chunk[at + 5 : at + 14] == b"ROLLBACK\0"
+            tag = chunk[at + 5 : at + 25]
+            since.rolled_back = tag.startswith(b"ROLLBACK\0")
+            since.prepared = tag == b"PREPARE TRANSACTION\0"
         elif kind == b"Z":
             status = ready_status(chunk, at) or "I"
         pending = tracker.answered(kind, status)
@@ -522,8 +531,11 @@ def _ready(conversation: Conversation, since: _Since) -> None:
     if conversation.on_ready is not None:
         status = conversation.tracker.status
         ended = status == "I"
-        conversation.on_ready(status, ended and not since.errored and not since.rolled_back)
-    since.errored = since.rolled_back = False
+        committed: bool | None = ended and not since.errored and not since.rolled_back
+        if committed and since.prepared:
+            committed = None  # prepared for a two-phase commit: decided later, elsewhere
+        conversation.on_ready(status, committed)
+    since.errored = since.rolled_back = since.prepared = False
 
 
 # The client messages the client loop decodes (the rest it relays by their type byte).

@@ -79,7 +79,7 @@ class NothingGuarded:
     async def execute(self, conversation: Conversation, portal: Portal, raw: bytes) -> None:
         raise AssertionError("nothing is guarded")
 
-    def ready(self, status: str, committed: bool) -> None:
+    def ready(self, status: str, committed: bool | None) -> None:
         pass
 
     def closed(self) -> None:

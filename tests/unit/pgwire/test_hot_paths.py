@@ -195,7 +195,7 @@ class _Engine:
     async def execute(self, conversation: Conversation, portal: Portal, raw: bytes) -> None:
         raise AssertionError("no extended protocol here")
 
-    def ready(self, status: str, committed: bool) -> None:
+    def ready(self, status: str, committed: bool | None) -> None:
         return None
 
     def closed(self) -> None:
