@@ -28,7 +28,7 @@ from sidecar.pgwire import messages
 from sidecar.pgwire.codec import BackendReader, Message, message, startup_packet
 from sidecar.rules import RuleSet
 from sidecar.rules.sql import Statement
-from tests.support.pg_relay import Relay, new_attempt, records, rules_of
+from tests.support.pg_relay import Relay, new_attempt, records, rules_of, still_running
 from tests.support.postgres import ScratchDatabase
 
 RULES = """
@@ -294,41 +294,79 @@ async def test_a_copy_the_text_did_not_show_ends_in_an_error_not_a_hang(relay, m
     assert records(relay.database) == []
 
 
+class RawAgent:
+    """An agent speaking the protocol byte by byte: what no client library would send."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.backend = BackendReader()
+
+    @classmethod
+    async def connect(cls, relay: Relay) -> RawAgent:
+        attempt = await new_attempt(relay.store)
+        options = f"-c sidecar.task=312 -c sidecar.attempt={attempt}"
+        agent = cls(*await asyncio.open_connection("127.0.0.1", relay.port))
+        user = {"user": "postgres", "database": relay.database.name, "options": options}
+        agent.writer.write(startup_packet(user))
+        await agent.until_ready()
+        return agent
+
+    async def until_ready(self) -> list[Message]:
+        answers: list[Message] = []
+        while not answers or answers[-1].kind != b"Z":
+            data = await self.reader.read(65536)
+            assert data, "the sidecar closed the connection"
+            answers += self.backend.feed(data)
+        return answers
+
+    async def start_copy(self) -> None:
+        """Send the COPY; until the sidecar asks for its rows (CopyInResponse)."""
+        self.writer.write(messages.query(LOAD))
+        asked: list[Message] = []
+        while not asked:
+            asked = self.backend.feed(await self.reader.read(65536))
+        assert [m.kind for m in asked] == [b"G"]
+
+
 async def test_a_message_no_copy_takes_among_the_rows_fails_the_load_and_is_answered_after(
     relay,
 ):
     """A client that sends a Query in the middle of its rows: the COPY fails, as
     PostgreSQL fails it ("unexpected message type 0x51 during COPY"), nothing loads, and
     the Query is answered after it - nothing the agent sent is lost."""
-    attempt = await new_attempt(relay.store)
-    options = f"-c sidecar.task=312 -c sidecar.attempt={attempt}"
-    reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
-    backend = BackendReader()
-
-    async def until_ready() -> list[Message]:
-        answers: list[Message] = []
-        while not answers or answers[-1].kind != b"Z":
-            answers += backend.feed(await reader.read(65536))
-        return answers
-
-    try:
-        async with asyncio.timeout(20):
-            user = {"user": "postgres", "database": relay.database.name, "options": options}
-            writer.write(startup_packet(user))
-            await until_ready()
-            writer.write(messages.query(LOAD))
-            asked: list[Message] = []
-            while not asked:
-                asked = backend.feed(await reader.read(65536))
-            assert [m.kind for m in asked] == [b"G"]
-            writer.write(message(b"d", b"1\tbolt\n") + messages.query("SELECT 41 + 1"))
-            answers = await until_ready()
+    async with asyncio.timeout(20):
+        agent = await RawAgent.connect(relay)
+        try:
+            await agent.start_copy()
+            agent.writer.write(message(b"d", b"1\tbolt\n") + messages.query("SELECT 41 + 1"))
+            answers = await agent.until_ready()
             assert [m.kind for m in answers] == [b"E", b"Z"]
             assert b"unexpected message type 0x51 during COPY" in answers[0].raw
-            answers = await until_ready()
+            answers = await agent.until_ready()
             assert [m.kind for m in answers] == [b"T", b"D", b"C", b"Z"]
             assert answers[1].raw.endswith(b"42")
-    finally:
-        writer.close()
+        finally:
+            agent.writer.close()
+    assert stored_parts(relay) == []
+    assert records(relay.database) == []
+
+
+async def test_garbage_among_the_rows_ends_the_connection_and_the_servers_copy(relay):
+    """A message length no client sends (2 GiB) in the middle of the rows: the sidecar
+    ends the agent's connection with a FATAL error and fails the server's COPY; nothing
+    loads and no backend is left waiting for rows."""
+    async with asyncio.timeout(20):
+        agent = await RawAgent.connect(relay)
+        try:
+            await agent.start_copy()
+            agent.writer.write(message(b"d", b"1\tbolt\n") + b"d\x7f\xff\xff\xff" + b"x" * 64)
+            # A FATAL error naming the length, as PostgreSQL's own, and the connection closed.
+            (fatal,) = agent.backend.feed(await agent.reader.read())
+            assert fatal.kind == b"E"
+            assert b"FATAL" in fatal.raw
+            assert b"2147483647" in fatal.raw
+        finally:
+            agent.writer.close()
+        assert await still_running(relay.database, "COPY parts", within_s=5) == 0
     assert stored_parts(relay) == []
     assert records(relay.database) == []
