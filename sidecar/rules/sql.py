@@ -14,6 +14,7 @@ bind parameters.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import re
@@ -60,6 +61,31 @@ def _regex(value: Any) -> LinearPattern:
     return compile_pattern(str(value), ignore_case=True)
 
 
+# The first word of every PostgreSQL statement (its documentation's "SQL Commands"): a
+# rule's ``kind`` outside it could never match, most likely a typo.
+_STATEMENT_WORDS = (
+    "ABORT ALTER ANALYZE BEGIN CALL CHECKPOINT CLOSE CLUSTER COMMENT COMMIT COPY CREATE "
+    "DEALLOCATE DECLARE DELETE DISCARD DO DROP END EXECUTE EXPLAIN FETCH GRANT IMPORT "
+    "INSERT LISTEN LOAD LOCK MERGE MOVE NOTIFY PREPARE REASSIGN REFRESH REINDEX RELEASE "
+    "RESET REVOKE ROLLBACK SAVEPOINT SECURITY SELECT SET SHOW START TABLE TRUNCATE "
+    "UNLISTEN UPDATE VACUUM VALUES WITH"
+)
+STATEMENT_KINDS = frozenset(_STATEMENT_WORDS.split())
+
+
+def _known_kind(kind: str) -> str:
+    if kind not in STATEMENT_KINDS:
+        close = difflib.get_close_matches(kind, STATEMENT_KINDS, n=1)
+        known = (
+            f"did you mean {close[0]}?" if close else f"one of {', '.join(sorted(STATEMENT_KINDS))}"
+        )
+        raise ValueError(
+            f"{kind} is not the first word of any PostgreSQL statement, so the rule could "
+            f"never match; {known}"
+        )
+    return kind
+
+
 class SqlCondition(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
@@ -74,7 +100,7 @@ class SqlCondition(BaseModel):
         kinds = [value] if isinstance(value, str) else list(value or [])
         if not all(isinstance(k, str) and k.isalpha() for k in kinds):
             raise ValueError("kind is a keyword or a list of keywords, e.g. [ALTER, CREATE]")
-        return tuple(k.upper() for k in kinds)
+        return tuple(_known_kind(k.upper()) for k in kinds)
 
     @field_validator("key")
     @classmethod

@@ -91,6 +91,15 @@ def test_a_wrong_enum_value_lists_the_allowed_ones(tmp_path):
     )
 
 
+def test_a_statement_kind_postgresql_has_not_is_refused_with_the_nearest_one(tmp_path):
+    # A misspelt kind would never match: the statements it meant would run unrecorded.
+    text = "rules:\n  - name: a\n    match: {sql: {kind: [CREATE, COPPY]}}\n    effect: read\n"
+    assert only_problem(tmp_path, text) == (
+        "rules.yaml:3: rules[0].match.sql.kind: COPPY is not the first word of any "
+        "PostgreSQL statement, so the rule could never match; did you mean COPY?"
+    )
+
+
 def test_a_missing_field_points_at_the_mapping_that_lacks_it(tmp_path):
     text = """\
     rules:
