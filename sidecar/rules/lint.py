@@ -4,6 +4,8 @@
   so an agent that words the same comment differently on resume (an LLM does) makes a
   second effect and posts it twice.  ``key`` should name what makes two requests the
   same effect.
+* A method no HTTP client sends but by name (``PSOT``): methods are extensible (WebDAV's
+  PROPFIND, a cache's PURGE), so it loads, but the nearest standard one is suggested.
 * A rule that can never match: an earlier rule (load order, the first match wins)
   matches every request it would.  Conservative, so a warning is always true: the earlier
   rule has the same hosts (or ``*``), the same methods or more, the same path template
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator
 
@@ -20,6 +23,12 @@ from sidecar.rules.model import EffectKind, HttpMatch, Protocol, Rule
 from sidecar.rules.sql import SqlCondition
 
 _PARAM = re.compile(r"\{([^{}]*)\}")
+# RFC 9110's methods, PATCH (RFC 5789), and those of WebDAV (RFC 4918, 3253) and caches.
+_METHOD_WORDS = (
+    "GET HEAD POST PUT DELETE CONNECT OPTIONS TRACE PATCH PROPFIND PROPPATCH MKCOL COPY "
+    "MOVE LOCK UNLOCK REPORT MKACTIVITY CHECKOUT MERGE SEARCH PURGE QUERY"
+)
+KNOWN_METHODS = frozenset(_METHOD_WORDS.split())
 
 
 def rule_warnings(rules: RuleSet) -> list[tuple[RuleSource, str]]:
@@ -38,6 +47,16 @@ def rule_warnings(rules: RuleSet) -> list[tuple[RuleSource, str]]:
                     "a comment) sends it twice; say in 'key' what makes two requests one effect",
                 )
             )
+        for method in unusual_methods(rule):
+            close = difflib.get_close_matches(method, KNOWN_METHODS, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            found.append(
+                (
+                    source,
+                    f"rule {rule.name} matches method {method}, which is no standard HTTP "
+                    f"method{hint}",
+                )
+            )
         for earlier in shadowing(ordered[:at], rule):
             where = rules.sources.get(earlier.name)
             place = f" ({where.file}:{where.line})" if where else ""
@@ -50,6 +69,11 @@ def rule_warnings(rules: RuleSet) -> list[tuple[RuleSource, str]]:
             )
             break
     return found
+
+
+def unusual_methods(rule: Rule) -> list[str]:
+    methods = rule.http.method if rule.http is not None else None
+    return [method for method in methods or () if method not in KNOWN_METHODS]
 
 
 def keyless(rule: Rule) -> bool:

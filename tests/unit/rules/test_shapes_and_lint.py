@@ -108,6 +108,18 @@ def test_a_keyless_non_idempotent_http_rule_is_warned_of():
     assert found[0].startswith("1: rule k is non_idempotent without a 'key'")
 
 
+def test_a_method_no_standard_names_is_warned_of_with_the_nearest_but_webdavs_are_not():
+    found = warnings_of(
+        rule("typo", host="x.com", method="PSOT"),
+        rule("webdav", host="y.com", method=["PROPFIND", "MKCOL"]),
+        rule("odd", host="z.com", method="FROBNICATE"),
+    )
+    assert found == [
+        "1: rule typo matches method PSOT, which is no standard HTTP method; did you mean POST?",
+        "3: rule odd matches method FROBNICATE, which is no standard HTTP method",
+    ]
+
+
 def test_a_sql_rule_after_a_broader_one_is_shadowed_but_not_after_a_regex():
     ddl = {"name": "ddl", "match": {"sql": {"kind": ["CREATE", "ALTER"]}}, "effect": "read"}
     create = {"name": "create", "match": {"sql": {"kind": "CREATE"}}, "effect": "read"}
