@@ -27,6 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.support.ports import free_port
 
 SUPERUSER = "admin"
@@ -238,3 +240,16 @@ class PgCluster:
     def url(self, sslmode: str = "require") -> str:
         """The URL `sidecar serve --pg-upstream` takes for this cluster."""
         return f"postgresql://{self.host}:{self.port}/?sslmode={sslmode}"
+
+
+def private_cluster(
+    directory: Path, hba: list[str], settings: dict[str, str] | None = None
+) -> PgCluster:
+    """:meth:`PgCluster.create` for a test: one this machine cannot run skips the test,
+    and fails it under CI=true, where every test must run."""
+    try:
+        return PgCluster.create(directory, hba=hba, settings=settings)
+    except PgUnavailable as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but no private PostgreSQL cluster can run here: {error}")
+        pytest.skip(f"no PostgreSQL to run a private cluster: {error}")

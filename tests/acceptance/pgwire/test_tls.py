@@ -28,7 +28,7 @@ import pytest
 from sidecar.rules.packs import packs_dir
 from tests.acceptance.pgwire.conftest import HERE, events
 from tests.acceptance.pgwire.test_migration_script import MIGRATION, SCHEMA
-from tests.support.pgcluster import PgCluster, PgUnavailable
+from tests.support.pgcluster import PgCluster, private_cluster
 from tests.support.postgres import PostgresWorld, ScratchDatabase
 
 pytestmark = pytest.mark.acceptance
@@ -40,12 +40,7 @@ SSL_OF_BACKEND = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgCluster]:
     """TLS on, trust for everyone over TCP, with or without TLS (the tests look at which)."""
     hba = ["hostssl all all 127.0.0.1/32 trust", "hostnossl all all 127.0.0.1/32 trust"]
-    try:
-        pg = PgCluster.create(tmp_path_factory.mktemp("pg"), hba=hba)
-    except PgUnavailable as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the PostgreSQL acceptance tests: {error}")
-        pytest.skip(f"no PostgreSQL to run a private cluster: {error}")
+    pg = private_cluster(tmp_path_factory.mktemp("pg"), hba=hba)
     try:
         yield pg
     finally:

@@ -33,7 +33,8 @@ import psycopg
 import pytest
 
 from sidecar.testing.processes import Child
-from tests.support.pgcluster import PgCluster, PgUnavailable, free_port
+from tests.support.pgcluster import PgCluster, private_cluster
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.acceptance
 
@@ -86,12 +87,7 @@ def passwords() -> Passwords:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, passwords: Passwords) -> Iterator[PgCluster]:
     """A private cluster: TLS only over TCP; a SCRAM, an md5 and a cleartext user."""
-    try:
-        pg = PgCluster.create(tmp_path_factory.mktemp("pg"), hba=HBA)
-    except PgUnavailable as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the PostgreSQL acceptance tests: {error}")
-        pytest.skip(f"no PostgreSQL to run a private cluster: {error}")
+    pg = private_cluster(tmp_path_factory.mktemp("pg"), hba=HBA)
     try:
         pg.create_user(SCRAM_USER, passwords.scram, "scram-sha-256")
         pg.create_user(MD5_USER, passwords.md5, "md5")

@@ -43,7 +43,7 @@ from tests.support.outages import (
     wait_until,
     write_rules,
 )
-from tests.support.pgcluster import PgCluster, PgUnavailable
+from tests.support.pgcluster import PgCluster, private_cluster
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.acceptance
@@ -163,12 +163,7 @@ def outage_then_recovery(
 def cluster(tmp_path: Path) -> Iterator[PgCluster]:
     """A private PostgreSQL cluster this test may stop and start (the shared server must
     never be stopped).  Commits are synchronous: an immediate stop loses none."""
-    try:
-        pg = PgCluster.create(tmp_path / "pg", hba=PG_HBA, settings=PG_DURABLE)
-    except PgUnavailable as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the PostgreSQL store outage tests: {error}")
-        pytest.skip(f"no PostgreSQL to run a private cluster: {error}")
+    pg = private_cluster(tmp_path / "pg", hba=PG_HBA, settings=PG_DURABLE)
     try:
         pg.sql("CREATE DATABASE effects")
         yield pg

@@ -9,7 +9,6 @@ so these run against a private cluster with them on (``tests/support/pgcluster.p
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from sidecar.domain.model import EffectState
 from tests.support.pg_relay import new_attempt
-from tests.support.pgcluster import PgCluster, PgUnavailable
+from tests.support.pgcluster import private_cluster
 from tests.support.postgres import ScratchDatabase
 
 INSERT = "INSERT INTO ledger VALUES ('pay invoice 7')"
@@ -25,16 +24,11 @@ INSERT = "INSERT INTO ledger VALUES ('pay invoice 7')"
 
 @pytest.fixture
 def database(tmp_path: Path) -> Iterator[ScratchDatabase]:
-    try:
-        cluster = PgCluster.create(
-            tmp_path / "pg",
-            hba=["host all all 127.0.0.1/32 trust"],
-            settings={"max_prepared_transactions": "4"},
-        )
-    except PgUnavailable as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the two-phase commit tests: {error}")
-        pytest.skip(f"no PostgreSQL to run a private cluster: {error}")
+    cluster = private_cluster(
+        tmp_path / "pg",
+        hba=["host all all 127.0.0.1/32 trust"],
+        settings={"max_prepared_transactions": "4"},
+    )
     try:
         cluster.sql("CREATE ROLE postgres SUPERUSER LOGIN")
         scratch = ScratchDatabase.create(f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres")
