@@ -126,6 +126,10 @@ class _Reader:
     def __init__(self, max_message: int = MAX_MESSAGE) -> None:
         self._buffer = bytearray()
         self.max_message = max_message
+        # How long the buffer must grow before its first message is whole (0: look now).
+        # A large message (a 50 MB bytea in a Bind) comes in many reads: each is only
+        # appended until then, instead of the buffer being copied again for every read.
+        self._needed = 0
 
     def hold(self, data: bytes) -> None:
         """Keep ``data`` after what is kept, unframed, until the next feed."""
@@ -134,12 +138,14 @@ class _Reader:
     def unread(self, data: bytes) -> None:
         """Put framed bytes back in front of what is kept: the next feed frames them again."""
         self._buffer[:0] = data
+        self._needed = 0
 
     def leftover(self) -> bytes:
         """Bytes received but not yet framed (a message still arriving, or pipelined by
         an eager peer), taken out of the reader."""
         rest = bytes(self._buffer)
         self._buffer.clear()
+        self._needed = 0
         return rest
 
     def _framed(self, data: bytes) -> list[Message]:
@@ -155,8 +161,11 @@ class _Reader:
         whole messages (nearly every read) is neither copied nor cut into objects."""
         if self._buffer:
             self._buffer += data
+            if len(self._buffer) < self._needed:
+                return b"", []  # the message it holds is still arriving
             data = bytes(self._buffer)
             self._buffer.clear()
+        self._needed = 0
         starts: list[int] = []
         at, size = 0, len(data)
         while size - at >= 5:
@@ -170,6 +179,8 @@ class _Reader:
             at = end
         if at < size:
             self._buffer += memoryview(data)[at:]
+            # The first message kept is whole at its end, once its header (5 bytes) tells it.
+            self._needed = end - at if size - at >= 5 else 5
             data = data[:at]
         return data, starts
 

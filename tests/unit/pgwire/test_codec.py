@@ -84,6 +84,24 @@ def test_an_incomplete_message_waits_for_its_remaining_bytes():
     assert last.raw == q
 
 
+def test_a_large_message_kept_while_it_arrives_comes_out_whole_with_its_neighbours():
+    """A large message (a 1 MiB value in a Bind) comes in many reads; what is put back in
+    front of it (unread) or held after it meanwhile keeps its place."""
+    big = message(b"B", b"v" * (1 << 20))
+    small = messages.query("SELECT 1")
+    reader = FrontendReader()
+    reader.authenticated()  # (before, a message is at most 64 KiB)
+    assert reader.feed_chunk(big[:3]) == (b"", [])  # not even its length yet
+    for at in range(3, 600_000, 65_536):
+        assert reader.feed_chunk(big[at : min(at + 65_536, 600_000)]) == (b"", [])
+    reader.unread(small)  # a whole message framed before, framed again first
+    reader.hold(big[600_000:700_000])
+    assert reader.feed_chunk(b"") == (small, [0])
+    assert reader.feed_chunk(big[700_000:-1]) == (b"", [])
+    assert reader.feed_chunk(big[-1:] + small[:2]) == (big, [0])
+    assert reader.leftover() == small[:2]
+
+
 def test_a_message_with_an_empty_body_is_five_bytes():
     (sync,) = FrontendReader().feed(messages.SYNC)
     assert (sync.kind, sync.body, sync.raw) == (b"S", b"", b"S\0\0\0\x04")
