@@ -218,6 +218,24 @@ def sidecar(root: Path, name: str, rules: Path, *extra: str) -> Child:
     )  # fmt: skip
 
 
+def bare_relay(root: Path, *extra: str, log: str = "bare_relay") -> Child:
+    """bench/bare_relay.py in front of the server (``extra``: ``--durable PATH``, say)."""
+    return Child(
+        [sys.executable, str(HERE / "bare_relay.py"), "--listen", f"{HOST}:0",
+         "--upstream", f"{HOST}:{PORT}", *extra],
+        stderr_path=root / f"{log}.log",
+    )  # fmt: skip
+
+
+def machine_line(server: str, load_before: float) -> str:
+    """The machine a PostgreSQL benchmark ran on, as its output's first line."""
+    return (
+        f"machine: {os.cpu_count()} CPUs ({platform.machine()}), Python "
+        f"{platform.python_version()}, PostgreSQL {server}; load average {load_before:.2f} "
+        f"before, {os.getloadavg()[0]:.2f} after"
+    )
+
+
 def pgbouncer(root: Path, binary: str) -> tuple[Child, int]:
     """pgbouncer in session mode in front of the server; it refuses to run as root, so
     there it runs as the unprivileged user a private PostgreSQL cluster would."""
@@ -287,15 +305,10 @@ def measure(args: argparse.Namespace, root: Path, database: str) -> tuple[int, i
     least.write_text(INSERT_FLOOR_SQL)
     (root / "rules.yaml").write_text(RECORD_RULES)
     with ExitStack() as stack:
-        bare = stack.enter_context(
-            Child([sys.executable, str(HERE / "bare_relay.py"), "--listen", f"{HOST}:0",
-                   "--upstream", f"{HOST}:{PORT}"], stderr_path=root / "bare_relay.log")
-        )  # fmt: skip
+        bare = stack.enter_context(bare_relay(root))
         durable = stack.enter_context(
-            Child([sys.executable, str(HERE / "bare_relay.py"), "--listen", f"{HOST}:0",
-                   "--upstream", f"{HOST}:{PORT}", "--durable", str(root / "floor.db")],
-                  stderr_path=root / "floor_relay.log")
-        )  # fmt: skip
+            bare_relay(root, "--durable", str(root / "floor.db"), log="floor_relay")
+        )
         plain = stack.enter_context(sidecar(root, "sidecar", HERE / "proxy-rules.yaml"))
         packed = stack.enter_context(sidecar(root, "sidecar-packed", packs_dir() / "postgres.yaml"))
         recording = stack.enter_context(

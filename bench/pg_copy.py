@@ -27,7 +27,6 @@ load.  Every path loads once first (warm-up).
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,9 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _common import Output, Sample, cpu_seconds, paired, parser
-from pg import HOST, PORT, USER, psql, scratch_database, sidecar
-
-from sidecar.testing.processes import Child
+from pg import HOST, PORT, USER, bare_relay, machine_line, psql, scratch_database, sidecar
 
 HERE = Path(__file__).parent
 DIRECT, BARE, SIDECAR = "direct", "bare relay", "sidecar, no SQL rules"
@@ -126,11 +123,9 @@ def main() -> None:
         root = Path(tmp)
         psql(database, "CREATE TABLE loads (id int, note text)")
         rows = rows_file(root, args.rows)
+        megabytes = rows.stat().st_size / 1e6
         (root / "rules.yaml").write_text(RULES)
-        bare = stack.enter_context(
-            Child([sys.executable, str(HERE / "bare_relay.py"), "--listen", f"{HOST}:0",
-                   "--upstream", f"{HOST}:{PORT}"], stderr_path=root / "bare_relay.log")
-        )  # fmt: skip
+        bare = stack.enter_context(bare_relay(root))
         plain = stack.enter_context(sidecar(root, "sidecar", HERE / "proxy-rules.yaml"))
         recording = stack.enter_context(
             sidecar(root, "sidecar-recorded", root / "rules.yaml", "--task", "bench",
@@ -165,12 +160,7 @@ def main() -> None:
                 print(f"  round {round_ + 1}  {route.name:<22} {done.seconds:6.2f} s",
                       file=sys.stderr)  # fmt: skip
         records = int(psql(database, "SELECT count(*) FROM effect_sidecar.effects"))
-    megabytes = rows.stat().st_size / 1e6 if rows.exists() else args.rows * 70 / 1e6
-    print(
-        f"\nmachine: {os.cpu_count()} CPUs ({platform.machine()}), Python "
-        f"{platform.python_version()}, PostgreSQL {server}; load average {machine_load:.2f} "
-        f"before, {os.getloadavg()[0]:.2f} after"
-    )
+    print(f"\n{machine_line(server, machine_load)}")
     print(f"command: {Path(sys.executable).name} bench/pg_copy.py {' '.join(sys.argv[1:])}")
     print(
         f'load: psql -c "COPY loads FROM STDIN" < rows.tsv ({args.rows:,} rows, '

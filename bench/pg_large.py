@@ -23,7 +23,6 @@ direct as the median of per-round ratios.
 from __future__ import annotations
 
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -32,10 +31,9 @@ from pathlib import Path
 
 import psycopg
 from _common import Output, Sample, paired, parser
-from pg import HOST, PORT, USER, psql, scratch_database, sidecar
+from pg import HOST, PORT, USER, bare_relay, machine_line, psql, scratch_database, sidecar
 
 from sidecar.rules.packs import packs_dir
-from sidecar.testing.processes import Child
 
 HERE = Path(__file__).parent
 DIRECT, BARE, PACKED = "direct", "bare relay", "sidecar, postgres pack"
@@ -72,10 +70,7 @@ def main() -> None:
     ):
         root = Path(tmp)
         psql(database, "CREATE TABLE blobs (b bytea)")
-        bare = stack.enter_context(
-            Child([sys.executable, str(HERE / "bare_relay.py"), "--listen", f"{HOST}:0",
-                   "--upstream", f"{HOST}:{PORT}"], stderr_path=root / "bare_relay.log")
-        )  # fmt: skip
+        bare = stack.enter_context(bare_relay(root))
         packed = stack.enter_context(sidecar(root, "sidecar", packs_dir() / "postgres.yaml"))
         routes = [
             (DIRECT, PORT),
@@ -91,11 +86,7 @@ def main() -> None:
                 results.setdefault(name, []).append(done)
                 print(f"  round {round_ + 1}  {name:<24} write {done[0]:6.2f} s  "
                       f"read {done[1]:6.2f} s", file=sys.stderr)  # fmt: skip
-    print(
-        f"\nmachine: {os.cpu_count()} CPUs ({platform.machine()}), Python "
-        f"{platform.python_version()}, PostgreSQL {server}; load average {machine_load:.2f} "
-        f"before, {os.getloadavg()[0]:.2f} after"
-    )
+    print(f"\n{machine_line(server, machine_load)}")
     print(f"command: {Path(sys.executable).name} bench/pg_large.py {' '.join(sys.argv[1:])}")
     print(f"value: one bytea of {args.megabytes} MiB; {args.rounds} rounds, paths interleaved\n")
     print(f"| path | write s | vs direct | read s | vs direct |\n|{'---|' * 5}")
