@@ -208,6 +208,17 @@ def scratch_database() -> Iterator[str]:
         psql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@contextmanager
+def workspace(name: str) -> Iterator[tuple[Path, str, ExitStack]]:
+    """A scratch directory, a scratch database, and a stack for the processes started."""
+    with (
+        tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp,
+        scratch_database() as database,
+        ExitStack() as stack,
+    ):
+        yield Path(tmp), database, stack
+
+
 def sidecar(root: Path, name: str, rules: Path, *extra: str) -> Child:
     return Child.python(
         "sidecar", "serve", "--data-dir", str(root / name),

@@ -30,14 +30,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from _common import Output, Sample, cpu_seconds, paired, parser
-from pg import HOST, PORT, USER, bare_relay, machine_line, psql, scratch_database, sidecar
+from pg import HOST, PORT, USER, bare_relay, machine_line, psql, sidecar, workspace
 
 HERE = Path(__file__).parent
 DIRECT, BARE, SIDECAR = "direct", "bare relay", "sidecar, no SQL rules"
@@ -115,12 +113,7 @@ def main() -> None:
     began, machine_load = time.monotonic(), os.getloadavg()[0]
     server = psql("postgres", "SHOW server_version")
     results: dict[str, list[Load]] = {}
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-pg-copy-") as tmp,
-        scratch_database() as database,
-        ExitStack() as stack,
-    ):
-        root = Path(tmp)
+    with workspace("pg-copy") as (root, database, stack):
         psql(database, "CREATE TABLE loads (id int, note text)")
         rows = rows_file(root, args.rows)
         megabytes = rows.stat().st_size / 1e6

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
 from _common import Output, Sample, paired, parser
-from pg import HOST, PORT, USER, bare_relay, machine_line, psql, scratch_database, sidecar
+from pg import HOST, PORT, USER, bare_relay, machine_line, psql, sidecar, workspace
 
 from sidecar.rules.packs import packs_dir
 
@@ -63,12 +61,7 @@ def main() -> None:
     server = psql("postgres", "SHOW server_version")
     value = os.urandom(args.megabytes * 1024 * 1024)
     results: dict[str, list[tuple[float, float]]] = {}
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-pg-large-") as tmp,
-        scratch_database() as database,
-        ExitStack() as stack,
-    ):
-        root = Path(tmp)
+    with workspace("pg-large") as (root, database, stack):
         psql(database, "CREATE TABLE blobs (b bytea)")
         bare = stack.enter_context(bare_relay(root))
         packed = stack.enter_context(sidecar(root, "sidecar", packs_dir() / "postgres.yaml"))
